@@ -1,0 +1,122 @@
+/*
+ * cpu/matmul.c - NVFP4 GEMV / GEMM / dual GEMM on the CPU, in C.
+ *
+ * Computes rows [m0, m1) x columns [n0, n1) of every batch of one problem
+ * (nvfp4.h); the torch binding splits a call into such ranges across its
+ * thread pool. This is the correct-everywhere path, not the fast one.
+ *
+ * Dataflow: a block of MB rows of A is dequantized to fp32 once (exact:
+ * e2m1 * e4m3 has 5 significant bits); for it, tiles of NB rows of B (and B2)
+ * are dequantized in turn, and every (A row pair, B row pair) is dotted. The
+ * dot keeps 8 independent fp32 lanes per output, so the compiler vectorizes it
+ * without reassociating anything: fp32 accumulation, as the reference says
+ * (each product is exact, so a fused multiply-add rounds exactly as an add).
+ * dot2x2 is also built for AVX2+FMA and picked at load time where the CPU has it.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../numerics.h"
+
+enum { MB = 64, NB = 16, LANES = 8 };
+
+/* Row `row` of batch l of op, dequantized into out[0, k). */
+static void dequant_row(const nvfp4_operand *op, int64_t k, int64_t l, int64_t row, const float lut[16],
+                        float *out) {
+  const uint8_t *codes = op->data + l * op->batch_stride + row * op->row_stride;
+  int64_t k_blocks = k / 16;
+  for (int64_t kb = 0; kb < k_blocks; kb++) {
+    float s = nvfp4_scale(op, k_blocks, l, row, kb);
+    for (int j = 0; j < 8; j++) {
+      uint8_t byte = codes[kb * 8 + j];
+      out[kb * 16 + 2 * j] = lut[byte & 15] * s;   /* low nibble: even k */
+      out[kb * 16 + 2 * j + 1] = lut[byte >> 4] * s;
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define NVFP4_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define NVFP4_CPU_CLONES
+#endif
+
+/* 8 fp32 lanes: a GCC/Clang vector type, so the accumulators stay in registers
+ * (an array of lanes went through the stack on every step). */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) {
+  v8f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline float hsum8(v8f v) {
+  float l[LANES];
+  memcpy(l, &v, sizeof l);
+  return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+/* out[i][j] = a_i . b_j for i, j < 2; k is a multiple of 16. */
+NVFP4_CPU_CLONES static void dot2x2(const float *a0, const float *a1, const float *b0, const float *b1, int64_t k,
+                                    float out[2][2]) {
+  v8f s00 = {0}, s01 = {0}, s10 = {0}, s11 = {0};
+  for (int64_t i = 0; i < k; i += LANES) {
+    v8f x0 = load8(a0 + i), x1 = load8(a1 + i), y0 = load8(b0 + i), y1 = load8(b1 + i);
+    s00 += x0 * y0;
+    s01 += x0 * y1;
+    s10 += x1 * y0;
+    s11 += x1 * y1;
+  }
+  out[0][0] = hsum8(s00), out[0][1] = hsum8(s01), out[1][0] = hsum8(s10), out[1][1] = hsum8(s11);
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (p->k <= 0 || p->k % 16 || m0 < 0 || n0 < 0 || m1 > p->m || n1 > p->n) return NVFP4_ERR_INVALID;
+  if (m0 >= m1 || n0 >= n1 || p->batch <= 0) return NVFP4_OK;
+  const int dual = p->b2.data != NULL;
+  const int64_t k = p->k;
+  const float alpha = p->alpha_ptr ? *p->alpha_ptr : p->alpha;
+  float lut[16];
+  for (uint32_t code = 0; code < 16; code++) lut[code] = nvfp4_e2m1_to_float(code);
+
+  /* scratch: MB A rows, NB B rows, NB B2 rows */
+  float *buf = (float *)malloc(sizeof(float) * (size_t)k * (MB + NB * (dual ? 2 : 1)));
+  if (!buf) return NVFP4_ERR_NO_MEMORY;
+  float *a_rows = buf, *b_rows = buf + MB * k, *b2_rows = b_rows + NB * k;
+
+  for (int64_t l = 0; l < p->batch; l++) {
+    uint16_t *c = p->c + l * p->c_batch_stride;
+    for (int64_t mt = m0; mt < m1; mt += MB) {
+      int64_t mb = m1 - mt < MB ? m1 - mt : MB;
+      for (int64_t i = 0; i < mb; i++) dequant_row(&p->a, k, l, mt + i, lut, a_rows + i * k);
+      for (int64_t nt = n0; nt < n1; nt += NB) {
+        int64_t nb = n1 - nt < NB ? n1 - nt : NB;
+        for (int64_t j = 0; j < nb; j++) {
+          dequant_row(&p->b, k, l, nt + j, lut, b_rows + j * k);
+          if (dual) dequant_row(&p->b2, k, l, nt + j, lut, b2_rows + j * k);
+        }
+        for (int64_t i = 0; i < mb; i += 2) {
+          int rows = i + 1 < mb ? 2 : 1;
+          const float *a0 = a_rows + i * k, *a1 = a_rows + (i + rows - 1) * k;
+          for (int64_t j = 0; j < nb; j += 2) {
+            int cols = j + 1 < nb ? 2 : 1;
+            float acc[2][2], acc2[2][2];
+            dot2x2(a0, a1, b_rows + j * k, b_rows + (j + cols - 1) * k, k, acc);
+            if (dual) dot2x2(a0, a1, b2_rows + j * k, b2_rows + (j + cols - 1) * k, k, acc2);
+            for (int r = 0; r < rows; r++)
+              for (int s = 0; s < cols; s++) {
+                float v = dual ? silu(acc[r][s]) * acc2[r][s] : acc[r][s] * alpha;
+                c[(mt + i + r) * p->c_row_stride + nt + j + s] = nvfp4_float_to_half_bits(v);
+              }
+          }
+        }
+      }
+    }
+  }
+  free(buf);
+  return NVFP4_OK;
+}

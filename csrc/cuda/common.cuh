@@ -1,0 +1,52 @@
+/*
+ * common.cuh - what every CUDA kernel file shares: the launch table for one or
+ * several problems, small load helpers, and the fp32 epilogue.
+ */
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../numerics.h"
+
+/* Problems per launch. 16 * sizeof(nvfp4_matmul) keeps the table under the
+ * 4 KB of kernel parameters every sm_80+ launch takes; more groups than this
+ * are split over several launches by the dispatcher. */
+#define NVFP4_LAUNCH_GROUPS 16
+
+/* One launch's problems, passed by value as a __grid_constant__ parameter:
+ * no device allocation and no host-to-device copy per call. tile_start[g] is
+ * the first block of problem g; blocks walk problems in order. */
+struct MatmulTable {
+  nvfp4_matmul p[NVFP4_LAUNCH_GROUPS];
+  int32_t tile_start[NVFP4_LAUNCH_GROUPS + 1];
+  int32_t count;
+};
+
+/* Which problem a linear tile index falls into; the tile index becomes local. */
+__device__ __forceinline__ int table_find(const MatmulTable &t, int64_t &tile) {
+  int g = 0;
+  while (g + 1 < t.count && tile >= t.tile_start[g + 1]) g++;
+  tile -= t.tile_start[g];
+  return g;
+}
+
+/* 16-byte load that bypasses L1 allocation: operand bytes are read once. */
+__device__ __forceinline__ uint4 ld_stream_16(const void *p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+/* alpha of a problem: a device pointer or a value. */
+__device__ __forceinline__ float problem_alpha(const nvfp4_matmul &p) {
+  return p.alpha_ptr ? *p.alpha_ptr : p.alpha;
+}
+
+__device__ __forceinline__ void store_half(uint16_t *dst, float v) {
+  *reinterpret_cast<__half *>(dst) = __float2half_rn(v);
+}

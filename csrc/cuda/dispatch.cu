@@ -1,0 +1,46 @@
+/*
+ * dispatch.cu - the C entry of the CUDA kernels: picks a kernel per problem
+ * (device, shape, alignment) and launches it on the caller's stream.
+ *
+ *   N == 1, aligned, not dual -> gemv.cu (dp4a, bandwidth path)
+ *   everything else           -> matmul_simt.cu (portable, any layout)
+ * Grouped calls go to the SIMT kernel in launches of up to
+ * NVFP4_LAUNCH_GROUPS problems.
+ */
+#include "common.cuh"
+
+bool gemv_supported(const nvfp4_matmul &p);
+cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream);
+cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
+
+static bool valid(const nvfp4_matmul &p) {
+  return p.k > 0 && p.k % 16 == 0 && p.m >= 0 && p.n >= 0 && p.batch >= 0 && p.a.data && p.b.data && p.a.sf &&
+         p.b.sf && p.c && (!p.b2.data || p.b2.sf);
+}
+
+static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
+
+extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
+  if (gemv_supported(*p)) return "gemv_dp4a";
+  return p->b2.data ? "simt_dual" : "simt";
+}
+
+extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+  if (count <= 0) return NVFP4_ERR_INVALID;
+  for (int g = 0; g < count; g++)
+    if (!valid(problems[g]) || (problems[g].b2.data != nullptr) != (problems[0].b2.data != nullptr))
+      return NVFP4_ERR_INVALID;
+
+  cudaError_t err = cudaSuccess;
+  if (count == 1) {
+    const nvfp4_matmul &p = problems[0];
+    if (empty(p)) return NVFP4_OK;
+    err = gemv_supported(p) ? gemv_launch(p, stream) : matmul_simt_launch(&p, 1, stream);
+  } else {
+    for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS) {
+      int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
+      err = matmul_simt_launch(problems + g, n, stream);
+    }
+  }
+  return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}

@@ -1,0 +1,124 @@
+/*
+ * numerics.h - the one home of NVFP4 decoding and scale addressing.
+ *
+ * Shared by the C CPU kernels (plain C99) and every CUDA kernel. The scalar
+ * functions are exact by construction and serve as the definition the fast
+ * device decoders below are tested against (tests/test_numerics.py runs every
+ * code through both).
+ *
+ *   e2m1 (fp4): s e1 e0 m. Codes 0..7 = +{0, .5, 1, 1.5, 2, 3, 4, 6}, 8..15 the
+ *               same negated (8 is -0). No inf, no NaN.
+ *   e4m3 (fp8): s e3..e0 m2..m0, bias 7, subnormals m * 2^-9, 0x7F/0xFF NaN,
+ *               no inf, max 448.
+ * e2m1 * e4m3 has at most 5 significant bits and lies in [2^-10, 2688]: exact
+ * in fp16, bf16 and fp32, so the kernels' products equal the reference's.
+ */
+#ifndef NVFP4_NUMERICS_H
+#define NVFP4_NUMERICS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "nvfp4.h"
+
+#if defined(__CUDACC__)
+#define NVFP4_HD static __host__ __device__ __forceinline__
+#else
+#define NVFP4_HD static inline
+#endif
+
+NVFP4_HD float nvfp4_bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+/* e2m1 code (low 4 bits) -> float, exact. */
+NVFP4_HD float nvfp4_e2m1_to_float(uint32_t code) {
+  uint32_t e = (code >> 1) & 3u, m = code & 1u;
+  /* e > 0: 2^(e-1) * (1 + m/2) -> fp32 exponent field 126 + e; e == 0: m * 0.5. */
+  uint32_t bits = e ? ((126u + e) << 23) | (m << 22) : (m ? 0x3F000000u : 0u);
+  return nvfp4_bits_to_float(bits | ((code & 8u) << 28));
+}
+
+/* e4m3 byte -> float, exact (subnormals, signed zero, NaN). */
+NVFP4_HD float nvfp4_e4m3_to_float(uint32_t byte) {
+  uint32_t sign = (byte & 0x80u) << 24, e = (byte >> 3) & 15u, m = byte & 7u;
+  if (e == 15u && m == 7u) return nvfp4_bits_to_float(0x7FC00000u | sign);
+  if (e == 0u) { /* m * 2^-9: exact, and m * 2^-9 is the fp32 value itself */
+    float v = (float)m * 0.001953125f;
+    return sign ? -v : v;
+  }
+  return nvfp4_bits_to_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+/* Byte offset of scale (row, kb) of one batch: the single definition of both
+ * layouts (nvfp4.h). k_blocks = K / 16, the scale columns of a row. */
+NVFP4_HD int64_t nvfp4_sf_offset(int32_t layout, int64_t row_stride, int64_t k_blocks, int64_t row, int64_t kb) {
+  if (layout == NVFP4_SF_LINEAR) return row * row_stride + kb;
+  int64_t tiles_k = (k_blocks + 3) >> 2;              /* 4 scale columns per atom  */
+  int64_t atom = (row >> 7) * tiles_k + (kb >> 2);    /* 128 rows per atom         */
+  return (atom << 9) + ((row & 31) << 4) + (((row >> 5) & 3) << 2) + (kb & 3);
+}
+
+/* Scale (row, kb) of batch l of an operand, as a float. */
+NVFP4_HD float nvfp4_scale(const nvfp4_operand *op, int64_t k_blocks, int64_t l, int64_t row, int64_t kb) {
+  const uint8_t *sf = op->sf + l * op->sf_batch_stride;
+  return nvfp4_e4m3_to_float(sf[nvfp4_sf_offset(op->sf_layout, op->sf_row_stride, k_blocks, row, kb)]);
+}
+
+/* fp32 -> fp16 bits, round to nearest even, overflow to inf, NaN kept. Host
+ * side only (the CPU kernels); device code uses __float2half_rn. */
+static inline uint16_t nvfp4_float_to_half_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((ax >> 13) & 0x3FFu)); /* NaN */
+  if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* >= 65520: inf */
+  if (ax < 0x38800000u) { /* below 2^-14: fp16 subnormal (or zero) */
+    if (ax < 0x33000000u) return (uint16_t)sign; /* below half the smallest subnormal */
+    uint32_t e = ax >> 23, mant = (ax & 0x7FFFFFu) | 0x800000u;
+    uint32_t shift = 126u - e; /* value = mant * 2^(e-150), want units of 2^-24 */
+    uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+  }
+  uint32_t q = ((ax >> 13) - (112u << 10)), rem = ax & 0x1FFFu; /* rebias 127 -> 15 */
+  if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++;
+  return (uint16_t)(sign | q);
+}
+
+#if defined(__CUDACC__)
+/* ---- fast device decoders (sm_80+) ------------------------------------- */
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+/* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 8 int8 holding 2*value
+ * (integers in [-12, 12]), codes 0..3 in lo, 4..7 in hi, byte i = code i.
+ * Two byte-permutes look up the positive and the negated magnitude of each
+ * code; a third picks one of the two per byte by the code's sign bit. 11
+ * integer instructions per 8 codes, no table in memory. */
+__device__ __forceinline__ void nvfp4_e2m1x8_to_s8x8(uint32_t w, uint32_t &lo, uint32_t &hi) {
+  const uint32_t POS_03 = 0x03020100u, POS_47 = 0x0C080604u; /* 2*{0,.5,1,1.5}, 2*{2,3,4,6} */
+  const uint32_t NEG_03 = 0xFDFEFF00u, NEG_47 = 0xF4F8FAFCu; /* the same negated          */
+  uint32_t idx = w & 0x77777777u;                             /* magnitude index per code  */
+  uint32_t sel = ((w >> 1) & 0x44444444u) | 0x32103210u;      /* byte i, +4 when negative  */
+  lo = __byte_perm(__byte_perm(POS_03, POS_47, idx), __byte_perm(NEG_03, NEG_47, idx), sel);
+  idx >>= 16;
+  sel >>= 16;
+  hi = __byte_perm(__byte_perm(POS_03, POS_47, idx), __byte_perm(NEG_03, NEG_47, idx), sel);
+}
+
+/* Two e4m3 bytes (low byte first) -> two floats, exact, NaN kept. One cvt on
+ * sm_89+; cuda_fp8.h falls back to integer code below that. */
+__device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
+  return __half22float2(*reinterpret_cast<__half2 *>(&h));
+}
+#endif /* __CUDACC__ */
+
+#endif /* NVFP4_NUMERICS_H */

@@ -1,0 +1,91 @@
+/*
+ * nvfp4.h - the C API of the nvfp4-kernels library.
+ *
+ * Every kernel (CPU and CUDA) sits behind this header: raw pointers, sizes,
+ * strides, layout flags and a cudaStream_t. Nothing here includes torch, so the
+ * kernels compile (and can be read with -Xptxas -v) without it, and C callers
+ * can use them directly. The one file that knows about torch is
+ * csrc/torch_binding.cpp.
+ *
+ * Numbers (see nvfp4_kernels/reference.py, the executable definition):
+ *   value(r, k) = e2m1(code(r, k)) * e4m3(scale(r, k / 16))
+ *   C[l, m, n]  = sum_k A[l, m, k] * B[l, n, k]      (fp32 accumulation)
+ *   gemm:  out = fp16(alpha * C)
+ *   dual:  out = fp16(silu(C1) * C2), silu and product in fp32
+ *
+ * Operand memory: row r of batch l starts at data + l*batch_stride + r*row_stride
+ * (bytes) and holds K/2 bytes, two codes per byte, the LOW nibble first (even k).
+ */
+#ifndef NVFP4_H
+#define NVFP4_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum nvfp4_status {
+  NVFP4_OK = 0,
+  NVFP4_ERR_INVALID = 1,      /* sizes or pointers that no kernel accepts     */
+  NVFP4_ERR_TOO_MANY = 2,     /* more groups than one launch table holds      */
+  NVFP4_ERR_NO_KERNEL = 3,    /* this build has no kernel for the device      */
+  NVFP4_ERR_CUDA = 4,         /* a CUDA call failed (cudaGetLastError says)   */
+  NVFP4_ERR_NO_MEMORY = 5     /* host scratch could not be allocated          */
+} nvfp4_status;
+
+/* Scale-factor layouts, both read in place.
+ * LINEAR : byte (r, kb) at sf + l*sf_batch_stride + r*sf_row_stride + kb.
+ * BLOCKED: the cuBLAS/CUTLASS 128x4 layout: per batch a contiguous
+ *          [ceil(R/128)][ceil(KB/4)][32][4][4] array of 512-byte atoms; row r,
+ *          scale column kb sit in atom (r/128, kb/4) at byte
+ *          16*(r%32) + 4*((r%128)/32) + kb%4. Padding bytes are never read. */
+enum nvfp4_sf_layout { NVFP4_SF_LINEAR = 0, NVFP4_SF_BLOCKED = 1 };
+
+/* One NVFP4 operand: rows x K values, K-major, batched. */
+typedef struct nvfp4_operand {
+  const uint8_t *data;        /* packed e2m1 codes                     */
+  int64_t batch_stride;       /* bytes between batches                 */
+  int64_t row_stride;         /* bytes between rows                    */
+  const uint8_t *sf;          /* e4m3 scales, one per 16 values        */
+  int64_t sf_batch_stride;    /* bytes between batches                 */
+  int64_t sf_row_stride;      /* bytes between rows (LINEAR only)      */
+  int32_t sf_layout;          /* enum nvfp4_sf_layout                  */
+} nvfp4_operand;
+
+/* One problem: C[l] = A[l] (m x k) times B[l]^T (k x n), l < batch. */
+typedef struct nvfp4_matmul {
+  int64_t m, n, k, batch;     /* k is a positive multiple of 16            */
+  nvfp4_operand a;            /* m rows                                    */
+  nvfp4_operand b;            /* n rows                                    */
+  nvfp4_operand b2;           /* n rows; data == NULL unless dual          */
+  uint16_t *c;                /* fp16 bits                                 */
+  int64_t c_batch_stride;     /* elements                                  */
+  int64_t c_row_stride;       /* elements; columns are contiguous          */
+  const float *alpha_ptr;     /* NULL, or one float in the kernel's memory */
+  float alpha;                /* used when alpha_ptr is NULL               */
+} nvfp4_matmul;
+
+/* CPU: rows [m0, m1) and columns [n0, n1) of every batch of one problem.
+ * Thread-safe for disjoint ranges, so the caller can split the work. */
+nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+
+#ifdef NVFP4_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+/* The largest number of problems one grouped launch takes. */
+#define NVFP4_MAX_GROUPS 64
+
+/* One or several independent problems (dual or not, all alike), one launch
+ * where the kernels allow, on `stream`; no host synchronisation. */
+nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
+
+/* Which kernel nvfp4_matmul_cuda would run for a single problem (for tests
+ * and benchmarks): a static string such as "gemv_dp4a" or "simt". */
+const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NVFP4_H */

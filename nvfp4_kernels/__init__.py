@@ -1,0 +1,25 @@
+"""NVFP4 matrix kernels for PyTorch.
+
+NVFP4: 4-bit e2m1 values, two per byte (low nibble first), with one fp8 e4m3
+scale per 16 consecutive values along K. Four ops, registered as torch custom
+ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
+
+    gemv(a, b, sfa, sfb, *, out=None, alpha=None)        c[l, m]    = a[l, m] . b[l]
+    gemm(a, b, sfa, sfb, *, out=None, alpha=None)        c[l, m, n] = a[l, m] . b[l, n]
+    dual_gemm(a, b1, b2, sfa, sfb1, sfb2, *, out=None)   silu(a b1^T) * (a b2^T)
+    group_gemm(as_, bs, sfas, sfbs, *, outs=None)        a list of independent gemms
+
+``reference`` holds the exact definition (the test oracle), ``layouts`` the
+scale-layout helpers, ``testing`` the input generators shared by tests and
+benchmarks.
+"""
+
+import torch  # noqa: F401  (loads the libraries _C links against)
+
+from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
+from . import layouts, reference
+from .ops import dual_gemm, gemm, gemv, group_gemm
+
+WITH_CUDA = bool(_C.with_cuda)
+
+__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "reference", "layouts", "WITH_CUDA"]

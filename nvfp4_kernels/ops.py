@@ -1,0 +1,121 @@
+"""Python entry points and fake (meta) implementations of torch.ops.nvfp4.*.
+
+The wrappers only route to the out= or the allocating op; all validation lives
+in csrc/torch_binding.cpp, so calling torch.ops.nvfp4.* directly is as safe.
+The fake implementations give torch.compile the output shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+
+Alpha = Union[None, float, torch.Tensor]
+
+
+def _alpha(alpha: Alpha) -> Optional[torch.Tensor]:
+    if alpha is None or isinstance(alpha, torch.Tensor):
+        return alpha
+    return torch.tensor(float(alpha), dtype=torch.float32)  # a CPU scalar: read on the host, no sync
+
+
+def gemv(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None) -> torch.Tensor:
+    """c[l, m] = alpha * sum_k A[l, m, k] b[l, k] in fp32, returned as fp16.
+
+    a [L, M, K/2] or [M, K/2] and b [L, K/2] or [K/2]: float4_e2m1fn_x2 or uint8.
+    sfa/sfb: e4m3 scales, linear [L, M, K/16] / [L, K/16] or blocked 128x4
+    [L, ceil(M/128), ceil(K/64), 32, 4, 4] / [L, 1, ceil(K/64), 32, 4, 4].
+    alpha: None, a float, or a one-element float32 tensor (on the device: no sync).
+    """
+    if out is None:
+        return torch.ops.nvfp4.gemv(a, b, sfa, sfb, _alpha(alpha))
+    torch.ops.nvfp4.gemv_out(a, b, sfa, sfb, _alpha(alpha), out)
+    return out
+
+
+def gemm(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None) -> torch.Tensor:
+    """C = alpha * A @ B^T (both K-major, like F.linear's weight), fp32 accumulation, fp16 result.
+
+    a [L, M, K/2] or [M, K/2], b [L, N, K/2] or [N, K/2]; scales as for gemv.
+    """
+    if out is None:
+        return torch.ops.nvfp4.gemm(a, b, sfa, sfb, _alpha(alpha))
+    torch.ops.nvfp4.gemm_out(a, b, sfa, sfb, _alpha(alpha), out)
+    return out
+
+
+def dual_gemm(a, b1, b2, sfa, sfb1, sfb2, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """silu(A @ B1^T) * (A @ B2^T), silu and product in fp32, fp16 result."""
+    if out is None:
+        return torch.ops.nvfp4.dual_gemm(a, b1, b2, sfa, sfb1, sfb2)
+    torch.ops.nvfp4.dual_gemm_out(a, b1, b2, sfa, sfb1, sfb2, out)
+    return out
+
+
+def group_gemm(
+    as_: Sequence[torch.Tensor],
+    bs: Sequence[torch.Tensor],
+    sfas: Sequence[torch.Tensor],
+    sfbs: Sequence[torch.Tensor],
+    *,
+    outs: Optional[Sequence[torch.Tensor]] = None,
+) -> list:
+    """Independent gemms (each its own M, N, K) in one call; returns the list of fp16 results."""
+    if len(as_) == 0:  # the dispatcher cannot route a call without tensors: say why here
+        raise ValueError("nvfp4.group_gemm: the lists are empty; give at least one problem")
+    if outs is None:
+        return torch.ops.nvfp4.group_gemm(list(as_), list(bs), list(sfas), list(sfbs))
+    torch.ops.nvfp4.group_gemm_out(list(as_), list(bs), list(sfas), list(sfbs), list(outs))
+    return list(outs)
+
+
+# ---- fake implementations (shapes only) --------------------------------------
+# A call that mixes meta tensors with real ones lands here too, so the one check
+# that cannot wait for the real kernel is made here as well: one device.
+
+
+def _one_device(op, tensors):
+    devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
+    if len(devices) > 1:
+        raise ValueError(f"nvfp4.{op}: all tensors must be on one device, got {sorted(map(str, devices))}")
+
+
+def _mm_shape(a, b, vector):
+    return (*a.shape[:-1],) if vector else (*a.shape[:-1], b.shape[-2])
+
+
+@torch.library.register_fake("nvfp4::gemv")
+def _(a, b, sfa, sfb, alpha=None):
+    _one_device("gemv", (a, b, sfa, sfb))
+    return a.new_empty(_mm_shape(a, b, True), dtype=torch.float16)
+
+
+@torch.library.register_fake("nvfp4::gemm")
+def _(a, b, sfa, sfb, alpha=None):
+    _one_device("gemm", (a, b, sfa, sfb))
+    return a.new_empty(_mm_shape(a, b, False), dtype=torch.float16)
+
+
+@torch.library.register_fake("nvfp4::dual_gemm")
+def _(a, b1, b2, sfa, sfb1, sfb2):
+    _one_device("dual_gemm", (a, b1, b2, sfa, sfb1, sfb2))
+    return a.new_empty(_mm_shape(a, b1, False), dtype=torch.float16)
+
+
+@torch.library.register_fake("nvfp4::group_gemm")
+def _(as_, bs, sfas, sfbs):
+    _one_device("group_gemm", (*as_, *bs, *sfas, *sfbs))
+    return [a.new_empty(_mm_shape(a, b, False), dtype=torch.float16) for a, b in zip(as_, bs)]
+
+
+def _register_out_fake(name):
+    @torch.library.register_fake(f"nvfp4::{name}")
+    def _(*args):
+        flat = [t for arg in args for t in (arg if isinstance(arg, (list, tuple)) else (arg,))]
+        _one_device(name, [t for t in flat if isinstance(t, torch.Tensor) and t.dtype != torch.float32])
+        return None
+
+
+for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out"):
+    _register_out_fake(_name)

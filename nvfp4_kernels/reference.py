@@ -1,0 +1,88 @@
+"""The exact reference: what every kernel must compute (the oracle of all tests).
+
+Plain torch on any device. Values are decoded by table (exact), products and
+sums are formed in float64 (exact for any K a test uses: products have at most
+10 significant bits), then the result is rounded once:
+
+    value(r, k) = E2M1[code(r, k)] * e4m3(scale(r, k // 16))
+    gemm        = fp16(alpha * A @ B^T)
+    dual_gemm   = fp16(silu(fp32(A @ B1^T)) * fp32(A @ B2^T))   (silu, product in fp32)
+
+A kernel that accumulates in fp32 differs from this only by its fp32 rounding;
+tests bound that (see tests/conftest.py). Format background: NVIDIA's block
+scaling in the cuBLAS docs, "1D Block Scaling Factors Layout", and
+https://docs.nvidia.com/cuda/parallel-thread-execution/#alternate-floating-point-data-formats
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .layouts import as_bytes, from_blocked, unpack_fp4
+
+BLOCK = 16  # values per e4m3 scale
+E2M1_MAX = 6.0
+E4M3_MAX = 448.0
+# code -> value; codes 8..15 are 0..7 negated (8 is -0.0)
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 codes (0..15) -> float64 values."""
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float64, device=codes.device)
+    return table[codes.long()]
+
+
+def decode_e4m3(sf: torch.Tensor) -> torch.Tensor:
+    """e4m3 bytes -> float64 (torch's own float8_e4m3fn conversion: subnormals, NaN)."""
+    return as_bytes(sf).view(torch.float8_e4m3fn).to(torch.float64)
+
+
+def linear_scales(sf: torch.Tensor, rows: int, k: int) -> torch.Tensor:
+    """Scales in either layout -> linear [..., rows, k/16]."""
+    k_blocks = k // BLOCK
+    if sf.dim() >= 5 and tuple(sf.shape[-3:]) == (32, 4, 4):
+        return from_blocked(sf, rows, k_blocks)
+    return sf
+
+
+def dequantize(data: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+    """fp4 data [..., R, K/2] + scales (either layout) -> float64 [..., R, K]."""
+    rows, k = data.shape[-2], 2 * data.shape[-1]
+    vals = decode_e2m1(unpack_fp4(data))  # [..., R, K]
+    scales = decode_e4m3(linear_scales(sf, rows, k))  # [..., R, K/16]
+    return vals * scales.repeat_interleave(BLOCK, dim=-1)
+
+
+def _alpha(alpha) -> float | torch.Tensor:
+    if alpha is None:
+        return 1.0
+    return alpha.to(torch.float64) if isinstance(alpha, torch.Tensor) else float(alpha)
+
+
+def gemm(a, b, sfa, sfb, alpha=None) -> torch.Tensor:
+    """fp16(alpha * A @ B^T); a [L?, M, K/2], b [L?, N, K/2]."""
+    c = dequantize(a, sfa) @ dequantize(b, sfb).transpose(-1, -2)
+    return (c * _alpha(alpha)).to(torch.float16)
+
+
+def gemv(a, b, sfa, sfb, alpha=None) -> torch.Tensor:
+    """fp16(alpha * A @ b); a [L?, M, K/2], b [L?, K/2], sfb [L?, K/16] or blocked with one row."""
+    b_rows = b.unsqueeze(-2)  # [L?, 1, K/2]
+    sfb_rows = sfb if sfb.dim() >= 5 else sfb.unsqueeze(-2)
+    return gemm(a, b_rows, sfa, sfb_rows, alpha).squeeze(-1)
+
+
+def dual_gemm(a, b1, b2, sfa, sfb1, sfb2) -> torch.Tensor:
+    """fp16(silu(A @ B1^T) * (A @ B2^T)), silu and product in fp32."""
+    a_val = dequantize(a, sfa)
+    c1 = (a_val @ dequantize(b1, sfb1).transpose(-1, -2)).to(torch.float32)
+    c2 = (a_val @ dequantize(b2, sfb2).transpose(-1, -2)).to(torch.float32)
+    return (torch.nn.functional.silu(c1) * c2).to(torch.float16)
+
+
+def group_gemm(as_: Sequence, bs: Sequence, sfas: Sequence, sfbs: Sequence) -> list:
+    return [gemm(a, b, sfa, sfb) for a, b, sfa, sfb in zip(as_, bs, sfas, sfbs)]
+

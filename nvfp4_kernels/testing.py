@@ -1,0 +1,153 @@
+"""Input generators shared by the tests, the benchmarks and submission checks.
+
+`random_operand` draws inputs that exercise everything the format allows: all
+16 e2m1 codes (uniform random bytes) and e4m3 scales spread over many binades
+down into the subnormals, with exact zeros and negative scales mixed in. The
+top of the scale range shrinks with K (`default_scale_exp`) so that dot
+products stay O(1): then the exact result rounded to fp16 and an fp32-
+accumulated one must agree within 1e-3 + 1e-3 |ref| everywhere, and any
+wrong product, scale or index shows. Extreme scales (up to 448, NaN) are
+covered by dedicated tests on small K.
+
+`competition_inputs` builds the GPU MODE tuples (CONTRACT.md layouts) from such
+operands.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .layouts import batch_last, blocked_to_competition, pack_fp4, to_blocked
+
+FP4 = torch.float4_e2m1fn_x2
+E4M3 = torch.float8_e4m3fn
+
+
+def default_scale_exp(k: int) -> int:
+    """Largest binade of the scales for reduction length k: keeps |dot products| ~ 1."""
+    return int(math.floor(0.25 - 0.25 * math.log2(k)))
+
+
+def random_scale_codes(shape, *, max_exp: int, gen: torch.Generator, zero_frac=0.05, neg_frac=0.1) -> torch.Tensor:
+    """e4m3 bytes whose magnitudes are uniform over the codes with exponent <= max_exp
+    (biased exponent field 0..7+max_exp: field 0 is the subnormals and zero), plus
+    exact zeros and negative scales. Drawn on the generator's device."""
+    dev = gen.device
+    max_field = max(0, min(15, 7 + max_exp))
+    field = torch.randint(0, max_field + 1, shape, generator=gen, device=dev, dtype=torch.int32)
+    mant = torch.randint(0, 8, shape, generator=gen, device=dev, dtype=torch.int32)
+    if max_field == 15:  # 0x7F is NaN: keep mantissa < 7 in the top binade
+        mant = torch.where(field == 15, mant % 7, mant)
+    codes = (field << 3) | mant
+    codes = torch.where(torch.rand(shape, generator=gen, device=dev) < zero_frac, torch.zeros_like(codes), codes)
+    codes = torch.where(torch.rand(shape, generator=gen, device=dev) < neg_frac, codes | 0x80, codes)
+    return codes.to(torch.uint8)
+
+
+@dataclass
+class Operand:
+    data: torch.Tensor  # fp4x2 [L, R, K/2] (or as requested)
+    sf: torch.Tensor  # e4m3 linear [L, R, K/16] or blocked
+
+
+def random_operand(
+    L: Optional[int],
+    rows: int,
+    k: int,
+    *,
+    gen: torch.Generator,
+    device="cpu",
+    layout: str = "linear",
+    max_exp: Optional[int] = None,
+    dtype=FP4,
+    sf_dtype=E4M3,
+    pad_byte: int = 0x7F,
+) -> Operand:
+    """A random NVFP4 operand: `rows` x `k` values per batch (L=None: unbatched).
+
+    Drawn on the generator's device, then moved to `device`. layout: "linear" or
+    "blocked" (the blocked padding is filled with `pad_byte`, NaN by default, so a
+    kernel that reads padding fails loudly).
+    """
+    lead = () if L is None else (L,)
+    codes = torch.randint(0, 16, (*lead, rows, k), generator=gen, device=gen.device, dtype=torch.uint8)
+    data = pack_fp4(codes)
+    max_exp = default_scale_exp(k) if max_exp is None else max_exp
+    sf = random_scale_codes((*lead, rows, k // 16), max_exp=max_exp, gen=gen)
+    if layout == "blocked":
+        sf = to_blocked(sf, pad=pad_byte)
+    elif layout != "linear":
+        raise ValueError(f"layout must be 'linear' or 'blocked', got {layout!r}")
+    data = data.view(dtype) if dtype != torch.uint8 else data
+    sf = sf.view(sf_dtype) if sf_dtype != torch.uint8 else sf
+    return Operand(data.to(device), sf.to(device))
+
+
+def vector_operand(op: Operand) -> Operand:
+    """An operand with one row, as gemv's b: data [L, K/2], linear scales [L, K/16]."""
+    sf = op.sf if op.sf.dim() >= 5 else op.sf.squeeze(-2)
+    return Operand(op.data.squeeze(-2), sf)
+
+
+# ---- the competition's tuples -------------------------------------------------
+
+
+def _competition_operand(L, rows, k, gen, device):
+    """(data (R, K/2, L), linear sf (R, K/16, L), permuted sf) over batch-first memory."""
+    op = random_operand(L, rows, k, gen=gen, device=device)
+    blocked = to_blocked(op.sf.view(torch.uint8), pad=0x7F).view(E4M3)
+    return batch_last(op.data), batch_last(op.sf), blocked_to_competition(blocked)
+
+
+def competition_inputs(problem: str, shape: dict, *, seed: int = 0, device="cpu"):
+    """The tuple the GPU MODE harness hands to custom_kernel for `problem`
+    ("gemv", "gemm", "dual_gemm", "group_gemm") and a task.yml `shape` dict,
+    with our full-range values (drawn on `device`). c / the outputs are poisoned
+    with NaN."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    if problem == "group_gemm":
+        abc, sf, sf_perm, sizes = [], [], [], []
+        for m, n, k in zip(shape["m"], shape["n"], shape["k"]):
+            a, sfa, sfa_p = _competition_operand(1, m, k, gen, device)
+            b, sfb, sfb_p = _competition_operand(1, n, k, gen, device)
+            c = batch_last(torch.full((1, m, n), float("nan"), dtype=torch.float16, device=device))
+            abc.append((a, b, c))
+            sf.append((sfa.cpu(), sfb.cpu()))  # the harness keeps these on the CPU
+            sf_perm.append((sfa_p, sfb_p))
+            sizes.append((m, n, k, 1))
+        return abc, sf, sf_perm, sizes
+    m, k, L = shape["m"], shape["k"], shape["l"]
+    n = 1 if problem == "gemv" else shape["n"]
+    a, sfa, sfa_p = _competition_operand(L, m, k, gen, device)
+    b_rows = 128 if problem == "gemv" else n  # gemv: only row 0 of b is the vector
+    b, sfb, sfb_p = _competition_operand(L, b_rows, k, gen, device)
+    c = batch_last(torch.full((L, m, n), float("nan"), dtype=torch.float16, device=device))
+    if problem == "dual_gemm":
+        b2, sfb2, sfb2_p = _competition_operand(L, n, k, gen, device)
+        return a, b, b2, sfa, sfb, sfb2, sfa_p, sfb_p, sfb2_p, c
+    return a, b, sfa, sfb, sfa_p, sfb_p, c
+
+
+def competition_reference(problem: str, data):
+    """The exact result for a competition tuple, as the harness's c layout (R, N, L)."""
+    from . import reference
+    from .layouts import batch_first
+
+    if problem == "group_gemm":
+        abc, sf, _, _ = data
+        return [
+            batch_last(reference.gemm(batch_first(a), batch_first(b), batch_first(sfa).to(a.device),
+                                      batch_first(sfb).to(a.device)))
+            for (a, b, _), (sfa, sfb) in zip(abc, sf)
+        ]
+    if problem == "dual_gemm":
+        a, b1, b2, sfa, sfb1, sfb2 = (batch_first(t) for t in data[:6])
+        return batch_last(reference.dual_gemm(a, b1, b2, sfa, sfb1, sfb2))
+    a, b, sfa, sfb = (batch_first(t) for t in data[:4])
+    if problem == "gemv":
+        b, sfb = b[:, :1], sfb[:, :1]
+    return batch_last(reference.gemm(a, b, sfa, sfb))

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One command for a GPU machine with no network: build the extension, run the
+# whole test suite (GPU tests included), the sanitizers and the competition
+# benchmark, then print a short summary table last. Logs go to $OUT (or ./out).
+#
+#   bash scripts/gpu_check.sh            # everything
+#   SANITIZE=0 bash scripts/gpu_check.sh # skip compute-sanitizer
+#   BENCH_ARGS="--problem gemv" bash scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+if ! python3 -c "import pytest" 2>/dev/null; then  # no network there: wheels carried in .whl/
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+echo "== build"
+t0=$(date +%s)
+MAX_JOBS=$(nproc) NVFP4_PTXAS_VERBOSE=1 python3 -m pip install --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>&1
+build_rc=$?
+build_s=$(($(date +%s) - t0))
+grep -E "ptxas info +: (Used|Compiling)|spill" "$OUT/build.log" | grep -B1 -E "spill stores|Used" | grep -E "sm_90a|Used|spill" >"$OUT/ptxas.txt" || true
+if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; fi
+echo "built in ${build_s}s"
+
+echo "== tests"
+python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -25
+test_line=$(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest.log" | tail -1)
+
+san_line="skipped"
+if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer"
+  san_line=""
+  for tool in memcheck racecheck; do
+    timeout 600 compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_cases.py >"$OUT/sanitize_$tool.log" 2>&1
+    rc=$?
+    tail -3 "$OUT/sanitize_$tool.log"
+    san_line="$san_line $tool: $([ $rc = 0 ] && echo clean || echo "rc=$rc")"
+  done
+fi
+
+echo "== benchmark"
+python3 -m benchmarks.competition --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+
+echo
+echo "================ summary ================"
+echo "device:    $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+echo "build:     ok in ${build_s}s"
+echo "tests:     $test_line"
+echo "sanitizer:$san_line"
+grep -E "^ceilings" "$OUT/bench.log"
+grep -E "^(gemv|gemm|dual_gemm|group_gemm) " "$OUT/bench.log" | cut -c1-200

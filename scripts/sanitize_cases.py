@@ -1,0 +1,43 @@
+"""Every CUDA kernel once on small odd shapes, for compute-sanitizer
+(scripts/gpu_check.sh runs this under memcheck and racecheck). Exits non-zero
+if a result is wrong."""
+
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.testing import random_operand, vector_operand
+
+
+def main():
+    gen = torch.Generator().manual_seed(7)
+    dev = "cuda"
+    bad = 0
+
+    def close(out, ref):
+        o, r = out.double().cpu(), ref.double().cpu()
+        return bool(((o - r).abs() <= 1e-3 + 1e-3 * r.abs()).all())
+
+    for L, m, n, k, lay in [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear")]:
+        a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
+        b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
+        b2 = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
+        bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+        bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                         reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+        v = vector_operand(random_operand(L, 1, k if k % 32 == 0 else k + 16, gen=gen, device=dev, layout=lay))
+        if k % 32 == 0:  # the dp4a gemv path
+            bad += not close(nk.gemv(a.data, v.data, a.sf, v.sf), reference.gemv(a.data, v.data, a.sf, v.sf))
+    probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
+             for m, n, k in [(1, 7, 16), (129, 3, 48), (40, 129, 256)]]
+    outs = nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs], [a.sf for a, _ in probs],
+                         [b.sf for _, b in probs])
+    for (a, b), out in zip(probs, outs):
+        bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
+    torch.cuda.synchronize()
+    print(f"sanitize cases: {bad} wrong results")
+    raise SystemExit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Build of nvfp4_kernels._C: the C/CUDA kernels behind torch custom ops.
+
+CUDA sources are compiled when nvcc and a CUDA build of torch are both present
+(no GPU is needed to build); otherwise the extension is CPU-only and says so.
+Targets: sm_80 code + compute_80 PTX (runs on every GPU from sm_80 up), sm_90a
+(Hopper fast paths) and sm_100a when this nvcc knows it.
+
+Environment: DEBUG=1 for -O0 -g builds; NVFP4_CPU_ONLY=1 to skip CUDA;
+NVFP4_PTXAS_VERBOSE=1 to print register/shared-memory reports; MAX_JOBS as torch.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+
+from setuptools import setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DEBUG = os.environ.get("DEBUG") == "1"
+
+
+def find_cuda_home():
+    """The toolkit folder (bin/nvcc and include/). torch guesses it from the nvcc on
+    PATH, which fails when that nvcc is a wrapper script, so look for the headers."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    nvcc = shutil.which("nvcc")
+    candidates = [os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))] if nvcc else []
+    candidates += sorted(glob.glob("/usr/local/cuda*"))
+    for home in candidates:
+        if os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")) and os.path.exists(
+            os.path.join(home, "bin", "nvcc")
+        ):
+            return home
+    return None
+
+
+if find_cuda_home() and not os.environ.get("CUDA_HOME"):
+    os.environ["CUDA_HOME"] = find_cuda_home()
+
+import torch  # noqa: E402  (after CUDA_HOME is settled: torch reads it at import)
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+
+
+def nvcc_path():
+    if torch.version.cuda is None or os.environ.get("NVFP4_CPU_ONLY") == "1" or not CUDA_HOME:
+        return None
+    nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
+    return nvcc if os.path.exists(nvcc) else None
+
+
+def gencode_flags(nvcc):
+    archs = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
+    flags = [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_80,code=compute_80",
+    ]
+    if "compute_100" in archs:
+        flags.insert(2, "-gencode=arch=compute_100a,code=sm_100a")
+    return flags
+
+
+def rel(paths):
+    return sorted(os.path.relpath(p, ROOT) for p in paths)
+
+
+def extension():
+    nvcc = nvcc_path()
+    opt = ["-O0", "-g"] if DEBUG else ["-O3"]
+    sources = rel(glob.glob(os.path.join(ROOT, "csrc", "*.cpp")))
+    include = [os.path.join(ROOT, "csrc")]
+    if nvcc is None:
+        print("nvfp4_kernels: building CPU-only (no nvcc or a CPU build of torch): CUDA ops will raise")
+        return CppExtension("nvfp4_kernels._C", sources, include_dirs=include, extra_compile_args={"cxx": opt})
+    print(f"nvfp4_kernels: building with CUDA ({nvcc})")
+    nvcc_flags = opt + ["-lineinfo", "-DNVFP4_WITH_CUDA", "--expt-relaxed-constexpr"] + gencode_flags(nvcc)
+    if os.environ.get("NVFP4_PTXAS_VERBOSE") == "1":
+        nvcc_flags.append("-Xptxas=-v")
+    return CUDAExtension(
+        "nvfp4_kernels._C",
+        sources + rel(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cu"))),
+        include_dirs=include,
+        extra_compile_args={"cxx": opt + ["-DNVFP4_WITH_CUDA"], "nvcc": nvcc_flags},
+    )
+
+
+# The CPU kernels are C: built by the C compiler into a static library that the
+# extension links (torch's build would compile .c files as C++).
+CPU_KERNELS = (
+    "nvfp4_cpu",
+    {
+        "sources": rel(glob.glob(os.path.join(ROOT, "csrc", "cpu", "*.c"))),
+        "include_dirs": [os.path.join(ROOT, "csrc")],
+        "cflags": ["-std=c11", "-Wall", "-Wextra", "-Wno-psabi"] + (["-O0", "-g"] if DEBUG else ["-O3"]),
+    },
+)
+
+setup(
+    libraries=[CPU_KERNELS],
+    ext_modules=[extension()],
+    cmdclass={"build_ext": BuildExtension},
+)

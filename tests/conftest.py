@@ -1,0 +1,56 @@
+"""Shared fixtures: fresh random inputs per run, the devices to test, and the check.
+
+Every run draws new inputs (the seed is printed in the header; set NVFP4_SEED to
+replay one). Each test derives its own generator from the seed and its node id,
+so a failure can be replayed alone.
+"""
+
+import hashlib
+import os
+
+import pytest
+import torch
+
+import nvfp4_kernels
+
+SEED = int(os.environ.get("NVFP4_SEED", int.from_bytes(os.urandom(4), "little")))
+HAS_CUDA = nvfp4_kernels.WITH_CUDA and torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and a CUDA build of nvfp4_kernels")
+
+
+def pytest_report_header(config):
+    gpu = torch.cuda.get_device_name() if HAS_CUDA else "none"
+    return f"nvfp4: seed {SEED} (NVFP4_SEED to replay), CUDA kernels built: {nvfp4_kernels.WITH_CUDA}, GPU: {gpu}"
+
+
+@pytest.fixture
+def gen(request):
+    digest = hashlib.sha256(f"{SEED}:{request.node.nodeid}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+def assert_matches(out, ref, what, *, atol=1e-3, rtol=1e-3):
+    """|out - ref| <= atol + rtol |ref| elementwise, NaN exactly where ref is NaN
+    (outputs are poisoned with NaN before a call, so unwritten elements fail)."""
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert out.dtype == torch.float16, f"{what}: dtype {out.dtype}"
+    o, r = out.detach().cpu().double(), ref.detach().cpu().double()
+    nan_o, nan_r = torch.isnan(o), torch.isnan(r)
+    assert torch.equal(nan_o, nan_r), (
+        f"{what}: NaN mismatch: {int((nan_o & ~nan_r).sum())} unexpected NaN (unwritten?), "
+        f"{int((nan_r & ~nan_o).sum())} missing NaN, seed {SEED}"
+    )
+    ok = nan_r | (o == r) | ((o - r).abs() <= atol + rtol * r.abs())
+    if not bool(ok.all()):
+        bad = (~ok).nonzero()
+        idx = tuple(bad[0].tolist())
+        raise AssertionError(
+            f"{what}: {bad.shape[0]} of {ok.numel()} elements off; first at {idx}: got {o[idx].item()}, "
+            f"want {r[idx].item()}; seed {SEED}"
+        )

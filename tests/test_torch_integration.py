@@ -1,0 +1,125 @@
+"""The ops as torch citizens: opcheck, torch.compile(fullgraph=True), CUDA graph
+capture and replay, non-default streams."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from conftest import assert_matches, needs_cuda
+from helpers import gemm_problem, gemv_problem, poisoned, ref_gemm, ref_gemv
+
+
+def _args(gen, device):
+    a, b = gemm_problem(2, 33, 17, 96, gen, device, ("blocked", "linear"))
+    _, b2 = gemm_problem(2, 1, 17, 96, gen, device)
+    a_v, v = gemv_problem(2, 65, 96, gen, device, ("linear", "blocked"))
+    ga, gb = gemm_problem(None, 9, 40, 64, gen, device)
+    return a, b, b2, a_v, v, ga, gb
+
+
+def test_opcheck(device, gen):
+    a, b, b2, a_v, v, ga, gb = _args(gen, device)
+    alpha = torch.tensor(0.5, device=device)
+    cases = [
+        (torch.ops.nvfp4.gemm.default, (a.data, b.data, a.sf, b.sf, alpha)),
+        (torch.ops.nvfp4.gemm_out.default, (a.data, b.data, a.sf, b.sf, None, poisoned((2, 33, 17), device))),
+        (torch.ops.nvfp4.gemv.default, (a_v.data, v.data, a_v.sf, v.sf, None)),
+        (torch.ops.nvfp4.gemv_out.default, (a_v.data, v.data, a_v.sf, v.sf, alpha, poisoned((2, 65), device))),
+        (torch.ops.nvfp4.dual_gemm.default, (a.data, b.data, b2.data, a.sf, b.sf, b2.sf)),
+        (torch.ops.nvfp4.dual_gemm_out.default,
+         (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, poisoned((2, 33, 17), device))),
+        (torch.ops.nvfp4.group_gemm.default, ([ga.data, a.data[0]], [gb.data, b.data[0]], [ga.sf, a.sf[0]],
+                                             [gb.sf, b.sf[0]])),
+        (torch.ops.nvfp4.group_gemm_out.default,
+         ([ga.data], [gb.data], [ga.sf], [gb.sf], [poisoned((9, 40), device)])),
+    ]
+    def u8(x):  # opcheck copies and compares arguments, which torch cannot do for fp4/fp8 tensors
+        if isinstance(x, list):
+            return [u8(t) for t in x]
+        byte_types = (torch.float4_e2m1fn_x2, torch.float8_e4m3fn)
+        return x.view(torch.uint8) if isinstance(x, torch.Tensor) and x.dtype in byte_types else x
+
+    for op, args in cases:
+        torch.library.opcheck(op, tuple(u8(x) for x in args))
+
+
+def test_torch_compile_fullgraph(device, gen):
+    a, b, b2, a_v, v, ga, gb = _args(gen, device)
+
+    def f(a, b, b2, sfa, sfb, sfb2, av, vv, sfav, sfv, ga, gb, sfga, sfgb, out):
+        y = nk.gemm(a, b, sfa, sfb, alpha=0.5)
+        z = nk.dual_gemm(a, b, b2, sfa, sfb, sfb2)
+        w = nk.gemv(av, vv, sfav, sfv)
+        (g,) = nk.group_gemm([ga], [gb], [sfga], [sfgb])
+        nk.gemm(a, b, sfa, sfb, out=out)
+        return y.float() * 2, z + 1, w.sum(), g, out
+
+    args = (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, a_v.data, v.data, a_v.sf, v.sf, ga.data, gb.data, ga.sf,
+            gb.sf)
+    compiled = torch.compile(f, fullgraph=True)
+    got = compiled(*args, poisoned((2, 33, 17), device))
+    want = f(*args, poisoned((2, 33, 17), device))
+    for i, (x, y) in enumerate(zip(got, want)):
+        assert torch.equal(x, y), f"compiled output {i} differs from eager on {device}"
+    assert_matches(got[4], ref_gemm(a, b), f"compiled out= on {device}")
+
+
+@needs_cuda
+def test_cuda_graph_capture_and_replay(gen):
+    dev = "cuda"
+    a, b, b2, a_v, v, ga, gb = _args(gen, dev)
+    outs = {}
+    static = [x.clone() for x in (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, a_v.data, v.data, a_v.sf, v.sf)]
+    sa, sb, sb2, ssfa, ssfb, ssfb2, sav, sv, ssfav, ssfv = static
+    gout = poisoned((9, 40), dev)
+
+    def body():
+        outs["gemm"] = nk.gemm(sa, sb, ssfa, ssfb)
+        outs["dual"] = nk.dual_gemm(sa, sb, sb2, ssfa, ssfb, ssfb2)
+        outs["gemv"] = nk.gemv(sav, sv, ssfav, ssfv)
+        nk.group_gemm([ga.data], [gb.data], [ga.sf], [gb.sf], outs=[gout])
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        body()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    for _ in range(2):  # new inputs copied into the captured buffers, then replay
+        a2, bb2, b22, av2, vv2, _, _ = _args(gen, dev)
+        for dst, src in zip(static, (a2.data, bb2.data, b22.data, a2.sf, bb2.sf, b22.sf, av2.data, vv2.data, av2.sf,
+                                     vv2.sf)):
+            dst.copy_(src)
+        gout.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matches(outs["gemm"], ref_gemm(a2, bb2), "graph replay gemm")
+        assert_matches(outs["dual"], reference.dual_gemm(a2.data, bb2.data, b22.data, a2.sf, bb2.sf, b22.sf),
+                       "graph replay dual_gemm")
+        assert_matches(outs["gemv"], ref_gemv(av2, vv2), "graph replay gemv")
+        assert_matches(gout, ref_gemm(ga, gb), "graph replay group_gemm")
+
+
+@needs_cuda
+def test_non_default_stream(gen):
+    dev = "cuda"
+    a, b, b2, a_v, v, ga, gb = _args(gen, dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        # a long kernel first on this stream, so a launch on the wrong stream would read unfinished data
+        big = torch.randn(4096, 4096, device=dev)
+        for _ in range(4):
+            big = big @ big
+        sa = a.data.view(torch.uint8).clone()
+        out = nk.gemm(sa, b.data, a.sf, b.sf)
+        out_v = nk.gemv(a_v.data, v.data, a_v.sf, v.sf)
+        out_d = nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    assert_matches(out, ref_gemm(a, b), "gemm on a side stream")
+    assert_matches(out_v, ref_gemv(a_v, v), "gemv on a side stream")
+    assert_matches(out_d, reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf), "dual on a side stream")
