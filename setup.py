@@ -98,8 +98,18 @@ CPU_KERNELS = (
     },
 )
 
+
+
+class BuildExt(BuildExtension):
+    """torch's build_ext, after the C library it links (plain `build_ext` would not build it)."""
+
+    def run(self):
+        self.run_command("build_clib")
+        super().run()
+
+
 setup(
     libraries=[CPU_KERNELS],
     ext_modules=[extension()],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": BuildExt},
 )

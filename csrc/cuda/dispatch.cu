@@ -13,12 +13,14 @@ bool gemv_supported(const nvfp4_matmul &p);
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
-static bool valid(const nvfp4_matmul &p) {
-  return p.k > 0 && p.k % 16 == 0 && p.m >= 0 && p.n >= 0 && p.batch >= 0 && p.a.data && p.b.data && p.a.sf &&
-         p.b.sf && p.c && (!p.b2.data || p.b2.sf);
-}
-
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
+
+/* Sizes in range; pointers present unless the problem is empty (an empty
+ * tensor may have no storage). */
+static bool valid(const nvfp4_matmul &p) {
+  if (p.k <= 0 || p.k % 16 || p.m < 0 || p.n < 0 || p.batch < 0) return false;
+  return empty(p) || (p.a.data && p.b.data && p.a.sf && p.b.sf && p.c && (!p.b2.data || p.b2.sf));
+}
 
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   if (gemv_supported(*p)) return "gemv_dp4a";
@@ -30,6 +32,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int coun
   for (int g = 0; g < count; g++)
     if (!valid(problems[g]) || (problems[g].b2.data != nullptr) != (problems[0].b2.data != nullptr))
       return NVFP4_ERR_INVALID;
+  /* Empty problems get no blocks; a call of only empty problems launches nothing. */
 
   cudaError_t err = cudaSuccess;
   if (count == 1) {
