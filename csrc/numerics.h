@@ -57,7 +57,9 @@ NVFP4_HD float nvfp4_e4m3_to_float(uint32_t byte) {
 }
 
 /* Byte offset of scale (row, kb) of one batch: the single definition of both
- * layouts (nvfp4.h). k_blocks = K / 16, the scale columns of a row. */
+ * layouts (nvfp4.h). k_blocks = K / 16, the scale columns of a row.
+ * In both layouts the offset separates: offset(row, kb) = offset(row, 0) +
+ * offset(0, kb), so kernels can keep a row's base and add the column part. */
 NVFP4_HD int64_t nvfp4_sf_offset(int32_t layout, int64_t row_stride, int64_t k_blocks, int64_t row, int64_t kb) {
   if (layout == NVFP4_SF_LINEAR) return row * row_stride + kb;
   int64_t tiles_k = (k_blocks + 3) >> 2;              /* 4 scale columns per atom  */
@@ -97,6 +99,8 @@ static inline uint16_t nvfp4_float_to_half_bits(float f) {
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "cuda/ptx_sm80.cuh"
+
 /* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 8 int8 holding 2*value
  * (integers in [-12, 12]), codes 0..3 in lo, 4..7 in hi, byte i = code i.
  * Two byte-permutes look up the positive and the negated magnitude of each
@@ -112,6 +116,30 @@ __device__ __forceinline__ void nvfp4_e2m1x8_to_s8x8(uint32_t w, uint32_t &lo, u
   sel >>= 16;
   hi = __byte_perm(__byte_perm(POS_03, POS_47, idx), __byte_perm(NEG_03, NEG_47, idx), sel);
 }
+
+/* 8 e2m1 codes (code i at bits 4i..4i+3 of w) split by sign, as int8 holding
+ * 2*|value|: pos gets the codes whose sign bit is clear (0 where it is set), neg
+ * the others; byte i of *_lo is code i, of *_hi code 4+i. So for int8 b,
+ *   sum_i 2a_i * b_i = dp4a(pos, b) - dp4a(neg, b).
+ * One prmt per 4 codes and sign: with the raw code as selector nibble, a set
+ * sign bit makes prmt replicate the table byte's sign bit, and every table
+ * byte is < 0x80, so those codes read 0. Flipping the sign bits swaps the roles.
+ * 7 instructions per 8 codes. */
+__device__ __forceinline__ void nvfp4_e2m1x8_split(uint32_t w, uint32_t &pos_lo, uint32_t &pos_hi, uint32_t &neg_lo,
+                                                   uint32_t &neg_hi, uint32_t mag_03 = 0x03020100u) {
+  const uint32_t MAG_47 = 0x0C080604u; /* mag_03 = 2*{0,.5,1,1.5}, MAG_47 = 2*{2,3,4,6} */
+  const uint32_t wn = w ^ 0x88888888u;
+  pos_lo = prmt(mag_03, MAG_47, w);
+  neg_lo = prmt(mag_03, MAG_47, wn);
+  pos_hi = prmt(mag_03, MAG_47, w >> 16);
+  neg_hi = prmt(mag_03, MAG_47, wn >> 16);
+}
+
+/* The value to pass as mag_03 above from a hot loop: read it from shared memory
+ * (written with NVFP4_E2M1_MAG_03). Given the literal, ptxas keeps it in a
+ * uniform register and copies it out before every prmt (16 extra instructions
+ * per 32 codes in sm_90a SASS; a shuffle of the literal is folded too). */
+#define NVFP4_E2M1_MAG_03 0x03020100u
 
 /* Two e4m3 bytes (low byte first) -> two floats, exact, NaN kept. One cvt on
  * sm_89+; cuda_fp8.h falls back to integer code below that. */

@@ -51,6 +51,10 @@ fi
 
 echo "== benchmark"
 python3 -m benchmarks.competition --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+if [ "${BENCH_GEMV:-1}" = 1 ]; then
+  echo "== gemv benchmark"
+  python3 -m benchmarks.bench_gemv --json "$OUT/gemv.json" --png "$OUT/gemv.png" 2>&1 | tee "$OUT/gemv.log"
+fi
 
 echo
 echo "================ summary ================"
@@ -60,3 +64,4 @@ echo "tests:     $test_line"
 echo "sanitizer:$san_line"
 grep -E "^ceilings" "$OUT/bench.log"
 grep -E "^(gemv|gemm|dual_gemm|group_gemm) " "$OUT/bench.log" | cut -c1-200
+[ -f "$OUT/gemv.log" ] && grep -E "^competition shapes" "$OUT/gemv.log"

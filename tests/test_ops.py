@@ -220,3 +220,13 @@ def test_deterministic(device, gen):
     first = nk.gemv(a.data, v.data, a.sf, v.sf)
     for _ in range(3):
         assert torch.equal(nk.gemv(a.data, v.data, a.sf, v.sf).view(torch.int16), first.view(torch.int16))
+    a, b = gemm_problem(1, 70, 33, 96, gen, device)
+    b2 = random_operand(1, 33, 96, gen=gen, device=device)
+    first = nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf)
+    firsts = nk.group_gemm([a.data[0], b.data[0]], [b.data[0], a.data[0]], [a.sf[0], b.sf[0]], [b.sf[0], a.sf[0]])
+    for _ in range(3):
+        again = nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf)
+        assert torch.equal(again.view(torch.int16), first.view(torch.int16))
+        agains = nk.group_gemm([a.data[0], b.data[0]], [b.data[0], a.data[0]], [a.sf[0], b.sf[0]],
+                               [b.sf[0], a.sf[0]])
+        assert all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(agains, firsts))

@@ -1,0 +1,124 @@
+"""GEMV benchmark: nvfp4 gemv against the memory-bandwidth speed of light.
+
+    python -m benchmarks.bench_gemv [--json FILE] [--png FILE] [--quick]
+
+Per shape and scale layout: kernel time (median of CUDA events around one call,
+L2 flushed before each, inputs rotated), achieved GB/s, fraction of SOL (bytes /
+copy bandwidth measured in this run), cuBLAS bf16 time on pre-dequantized
+operands (torch.matmul) and the speedup. The three competition shapes first,
+then shapes away from them: M not a multiple of 128, small M*L, L up to 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.testing import random_operand, vector_operand
+
+from .common import L2Flush, cuda_time, measure_ceilings
+
+COMPETITION = [(7168, 16384, 1), (4096, 7168, 8), (7168, 2048, 4)]
+EXTRA = [(512, 7168, 1), (1000, 7168, 1), (4000, 4096, 2), (2048, 16384, 8), (16384, 2048, 1), (8192, 8192, 3),
+         (128, 4096, 1)]
+
+
+def gemv_bytes(m, k, L):
+    return L * (m * k * 9 // 16 + k * 9 // 16 + 2 * m)
+
+
+def run(shapes, layouts, json_path=None, png_path=None):
+    ceil = measure_ceilings()
+    flush = L2Flush()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    print(f"device: {ceil.device}; torch {torch.__version__}; copy {ceil.bandwidth / 1e12:.2f} TB/s")
+    print(f"{'M':>6} {'K':>6} {'L':>2} {'layout':<8} {'us':>8} {'GB/s':>7} {'SOL us':>7} {'frac':>5} "
+          f"{'bf16 us':>8} {'speedup':>7}")
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for m, k, L in shapes:
+        nbytes = gemv_bytes(m, k, L)
+        sets = max(2, min(16, -(-4 * l2 // nbytes)))  # rotate over >= 4x L2 of inputs
+        for layout in layouts:
+            args = []
+            for _ in range(sets):
+                a = random_operand(L, m, k, gen=gen, device="cuda", layout=layout)
+                b = vector_operand(random_operand(L, 1, k, gen=gen, device="cuda", layout=layout))
+                args.append((a.data, b.data, a.sf, b.sf, torch.empty(L, m, dtype=torch.float16, device="cuda")))
+            a0, b0, sfa0, sfb0, out0 = args[0]
+            out = nk.gemv(a0, b0, sfa0, sfb0, out=out0)
+            ref = reference.gemv(a0, b0, sfa0, sfb0)
+            ok = bool((((out.double() - ref.double()).abs() <= 1e-3 + 1e-3 * ref.double().abs())
+                       | (torch.isnan(out) & torch.isnan(ref))).all())
+            t = cuda_time(lambda a, b, sa, sb, o: nk.gemv(a, b, sa, sb, out=o), args, flush=flush)
+            a_bf = reference.dequantize(a0, sfa0).to(torch.bfloat16)
+            b_bf = reference.dequantize(b0.unsqueeze(-2), sfb0 if sfb0.dim() >= 5 else sfb0.unsqueeze(-2)).to(
+                torch.bfloat16)
+            t_bf16 = cuda_time(lambda x, y: torch.matmul(x, y.transpose(-1, -2)), [(a_bf, b_bf)], flush=flush, reps=30)
+            del a_bf, b_bf
+            sol = nbytes / ceil.bandwidth
+            row = dict(m=m, k=k, L=L, layout=layout, ok=ok, us=t * 1e6, gbps=nbytes / t / 1e9, sol_us=sol * 1e6,
+                       frac_sol=sol / t, bf16_us=t_bf16 * 1e6, speedup=t_bf16 / t)
+            rows.append(row)
+            print(f"{m:>6} {k:>6} {L:>2} {layout:<8} {row['us']:8.1f} {row['gbps']:7.0f} {row['sol_us']:7.1f} "
+                  f"{row['frac_sol']:5.2f} {row['bf16_us']:8.1f} {row['speedup']:7.2f}{'' if ok else '  WRONG'}",
+                  flush=True)
+            del args
+    comp = [r for r in rows if (r["m"], r["k"], r["L"]) in COMPETITION]
+    if comp:
+        by_shape = {}
+        for r in comp:
+            by_shape.setdefault((r["m"], r["k"], r["L"]), []).append(r["frac_sol"])
+        best = [max(v) for v in by_shape.values()]
+        geo = 1.0
+        for f in best:
+            geo *= f
+        print(f"competition shapes: min frac {min(best):.3f}, geomean {geo ** (1 / len(best)):.3f}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": ceil.device, "bandwidth": ceil.bandwidth, "rows": rows}, f, indent=1)
+    if png_path:
+        plot(rows, ceil.device, png_path)
+    return rows
+
+
+def plot(rows, device, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no PNG (python -m benchmarks.plot_gemv FILE.json renders one later)")
+        return
+    labels = [f"{r['m']}x{r['k']} L{r['L']} {r['layout'][:3]}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows)), 4))
+    ax.bar(range(len(rows)), [r["frac_sol"] for r in rows], color=["C0" if r["layout"] == "linear" else "C1"
+                                                                    for r in rows])
+    ax.axhline(0.9, color="k", ls="--", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=70, ha="right", fontsize=7)
+    ax.set_ylabel("fraction of speed of light (copy bandwidth)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"nvfp4 gemv on {device}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json")
+    ap.add_argument("--png")
+    ap.add_argument("--quick", action="store_true", help="competition shapes, blocked layout only")
+    args = ap.parse_args(argv)
+    shapes = COMPETITION if args.quick else COMPETITION + EXTRA
+    layouts = ["blocked"] if args.quick else ["linear", "blocked"]
+    run(shapes, layouts, args.json, args.png)
+
+
+if __name__ == "__main__":
+    main()

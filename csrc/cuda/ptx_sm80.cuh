@@ -1,0 +1,39 @@
+/*
+ * ptx_sm80.cuh - one small wrapper per sm_80+ instruction the kernels use.
+ * PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/
+ */
+#pragma once
+#include <stdint.h>
+
+/* prmt.b32 in its default mode (ISA "prmt"): byte i of the result is selected
+ * by nibble i of `sel`: bits 0-2 pick one of the 8 bytes of {b, a}; when bit 3
+ * is set the selected byte's sign bit is replicated instead (0x00 or 0xFF).
+ * Written out because __byte_perm documents only the 3-bit selection. */
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+/* cp.async (ISA "cp.async"): copy `src_bytes` (0..16) of 16 from global to shared
+ * memory, zero-filling the rest, bypassing L1 (.cg). */
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem, uint32_t src_bytes) {
+  uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+/* The same for 4 bytes (.ca: 4-byte copies may not bypass L1). */
+__device__ __forceinline__ void cp_async_4(void *smem, const void *gmem, uint32_t src_bytes) {
+  uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+/* Close the group of this thread's cp.async issued so far. */
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+/* Wait until at most N of this thread's groups are still in flight; the data
+ * of the completed ones is then visible to this thread. */
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
