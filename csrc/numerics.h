@@ -136,9 +136,10 @@ __device__ __forceinline__ void nvfp4_e2m1x8_split(uint32_t w, uint32_t &pos_lo,
 }
 
 /* The value to pass as mag_03 above from a hot loop: read it from shared memory
- * (written with NVFP4_E2M1_MAG_03). Given the literal, ptxas keeps it in a
- * uniform register and copies it out before every prmt (16 extra instructions
- * per 32 codes in sm_90a SASS; a shuffle of the literal is folded too). */
+ * at a lane-dependent address (written with NVFP4_E2M1_MAG_03). Given the
+ * literal, or any value ptxas can prove uniform, it keeps it in a uniform
+ * register and copies it out before every prmt (16 extra instructions per 32
+ * codes in sm_90a SASS; a shuffle of the literal is folded too). */
 #define NVFP4_E2M1_MAG_03 0x03020100u
 
 /* Two e4m3 bytes (low byte first) -> two floats, exact, NaN kept. One cvt on

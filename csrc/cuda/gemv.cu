@@ -4,47 +4,49 @@
  * Speed of light: every byte of A and its scales is read once,
  *   bytes = L * M * K * (1/2 + 1/16)  (+ the vector and c, negligible),
  * so time >= bytes / DRAM bandwidth; the arithmetic is far below any compute
- * ceiling. On an H200 each SM must take ~18 bytes (36 codes) per clock: the
- * kernel has to keep ~40 KB per SM in flight and spend only ~3.5 instructions
- * per code.
+ * ceiling. On an H200 each SM must take ~16 bytes (32 codes) per clock, so the
+ * kernel must keep ~40 KB per SM in flight and spend few instructions per code
+ * (v2 measured 4.3 per code at 69% issue-slot use: issue-bound).
  *
- * Dataflow. Persistent CTAs of 256 threads; CTA (x, l) takes row blocks
- * x, x + gridDim.x, ... of batch l (the host makes that count equal per CTA).
- * A row block is R rows; it is walked in tiles of R rows x KT 16-byte chunks
- * (R * KT = 256: one chunk per thread), K tiles per row block:
+ * Dataflow. Persistent CTAs of 8 warps. A warp streams rows: LPR lanes per row
+ * (32 / LPR rows at once), each lane CPT adjacent 16-byte chunks (32 codes each)
+ * per step. Every thread copies exactly what it will consume, so the pipeline
+ * is private to the thread: no barrier in the main loop.
  *
- *   gmem A, sfA --cp.async, STAGES-deep ring--> smem tile (4 KB + 512 B scales)
- *   gmem b     --once per CTA, decoded-------> smem int8 2*b (two planes) + scales/4
- *   thread (r, j): its chunk of row r: 2 lookups per 4 codes (nvfp4_e2m1x8_split),
- *     dp4a against b: exact int sums per 16 codes, times sa*sb/4 into an fp32 acc
- *   row block done: shuffles (+ smem across 2 warps) reduce KT partials -> fp16
+ *   gmem A + its scales --cp.async, per-thread STAGES-deep ring--> smem
+ *   gmem b --once per CTA, decoded--> smem int8 2*b (16-byte planes) + scales / 4
+ *   per 16 codes: 2 lookups per 4 codes split by sign (nvfp4_e2m1x8_split),
+ *     dp4a against b: an exact int32 sum, times sa * sb / 4 into an fp32 acc
+ *   row done: shuffles over the LPR lanes -> alpha * acc -> fp16
  *
  * Block sums of 16 products are exact integers, so this is fp32 accumulation of
  * exact products, as the reference specifies, in another order.
  *
- * KT is the largest power of two <= 64 that divides K/32, so tiles never run
- * past a row and the copy path has no bounds checks.
+ * (LPR, CPT): the largest LPR * CPT (LPR <= 32, CPT <= 2) dividing K/32, so a
+ * row is whole steps and the copy path has no bounds checks.
  *
  * Fast-path preconditions (else the SIMT kernel runs): N == 1, K % 64 == 0,
  * A rows and b 16-byte aligned, A's scales 4-byte aligned (either layout), and
- * the shared memory (K * 1.25 bytes + 27 KB) within the device's limit.
+ * the shared memory (K * 1.25 bytes + the rings) within the device's limit.
  */
+#include <algorithm>
+
 #include "common.cuh"
 
 namespace {
 
-constexpr int THREADS = 256, STAGES = 6;
+constexpr int THREADS = 256, WARPS = THREADS / 32, STAGES = 4;
 
-/* Shared-memory plan of one CTA for a given K and KT. */
+/* Shared-memory plan of one CTA. */
 struct GemvSmem {
-  int64_t b_lo, b_hi, sb, stages, red, total;
-  __host__ __device__ GemvSmem(int64_t k) {
-    b_lo = 0;                          // int8 2*b, bytes 0-15 of each 32-code chunk
-    b_hi = b_lo + k / 2;               // bytes 16-31
-    sb = b_hi + k / 2;                 // float2 per chunk: b's two scales / 4
-    stages = sb + (k / 32) * 8;        // STAGES x (A tile, scale tile)
-    red = stages + STAGES * (THREADS * 16 + THREADS * 2);
-    total = red + (THREADS / 32) * 4 + 4;  // one partial per warp, the e2m1 table word
+  int64_t b8, sb, ring_a, ring_s, table, total;
+  __host__ __device__ GemvSmem(int64_t k, int cpt) {
+    b8 = 0;                              // int8 2*b, [step][2*CPT planes][LPR lanes] x 16 bytes
+    sb = b8 + k;                         // b's scales / 4, [step][CPT][LPR lanes] x float2
+    ring_a = sb + (k / 32) * 8;          // [STAGES][CPT][THREADS] 16-byte chunks of A
+    ring_s = ring_a + STAGES * cpt * THREADS * 16;  // [STAGES][THREADS] 4 scale bytes
+    table = ring_s + STAGES * THREADS * 4;
+    total = table + 16;
   }
 };
 
@@ -60,123 +62,128 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint4 b, uint32_t
   return pos - neg;
 }
 
-template <int SFA_LAYOUT, int KT>
+template <int SFA_LAYOUT, int LPR, int CPT>
 __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base) {
-  constexpr int R = THREADS / KT;            // rows per tile
-  constexpr int A_TILE = THREADS * 16;       // one 16-byte chunk per thread
-  constexpr int STAGE = A_TILE + THREADS * 2;  // + 2 scale bytes per chunk
+  constexpr int RPW = 32 / LPR;        // rows per warp at once
+  constexpr int SPAN = LPR * CPT;      // chunks of a row per step
   extern __shared__ __align__(16) uint8_t smem[];
-  const GemvSmem plan(p.k);
-  uint8_t *b_lo = smem + plan.b_lo, *b_hi = smem + plan.b_hi, *stages = smem + plan.stages;
-  float2 *sb = reinterpret_cast<float2 *>(smem + plan.sb);
-  float *red = reinterpret_cast<float *>(smem + plan.red);
+  const GemvSmem plan(p.k, CPT);
+  const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
+  const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
+  uint8_t *ring_a = smem + plan.ring_a, *ring_s = smem + plan.ring_s;
 
-  const int tid = threadIdx.x, r = tid / KT, j = tid % KT;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / LPR, q = lane % LPR;
   const int64_t l = l_base + blockIdx.y;
-  const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), ksteps = chunks / KT;  // KT divides chunks
-  const int64_t row_blocks = (p.m + R - 1) / R;
-  if (blockIdx.x >= row_blocks) return;
-  const int tiles = (int)((row_blocks - blockIdx.x + gridDim.x - 1) / gridDim.x) * ksteps;
-  const int64_t row_step = (int64_t)gridDim.x * R;  // rows between this CTA's row blocks
+  const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
+  const int64_t row_stride = (int64_t)gridDim.x * WARPS * RPW;  // rows between a warp's row sets
+  const int64_t row_first = ((int64_t)blockIdx.x * WARPS + warp) * RPW;
+  // Warps past the last row still help decode the vector and meet the barrier.
+  const int row_sets = row_first < p.m ? (int)((p.m - row_first + row_stride - 1) / row_stride) : 0;
+  const int items = row_sets * steps;  // this thread's sequence of (row, step)
 
-  const uint8_t *a_batch = p.a.data + l * p.a.batch_stride;
-  const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
-  // This thread's scale word within a tile (first R * KT / 2 threads): row sr, word w.
-  const bool copies_sf = tid < R * KT / 2;
-  const int sr = tid / (KT / 2), w = tid % (KT / 2);
-
-  // Producer state: the next tile to copy. Thread (r, j) copies chunk j of row
-  // r; the scale threads copy 4 scale bytes (scale columns kb..kb+3) each.
-  // Cursors move by a constant per tile (offsets separate by row and column,
-  // numerics.h), so a tile costs a few adds: no division, no 64-bit multiply.
-  const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * KT);
-  int p_ks = 0, p_stage = 0;
-  int64_t p_row0 = (int64_t)blockIdx.x * R;
-  const uint8_t *p_a = nullptr, *p_sf = nullptr;
-  auto rebase = [&]() {
-    p_a = a_batch + min(p_row0 + r, p.m - 1) * p.a.row_stride + 16 * j;
-    p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, p.a.sf_row_stride, k_blocks, min(p_row0 + sr, p.m - 1), 0) +
-           nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 4 * w);
-  };
-  rebase();
-  uint8_t *const a_dst = stages + tid * 16, *const sf_dst = stages + A_TILE + sr * 2 * KT + 4 * w;
-  auto issue = [&]() {
-    cp_async_16(a_dst + p_stage * STAGE, p_a, 16);
-    if (copies_sf) cp_async_4(sf_dst + p_stage * STAGE, p_sf, 4);
-    p_a += 16 * KT, p_sf += sf_step;
-    if (++p_stage == STAGES) p_stage = 0;
-    if (++p_ks == ksteps) {
-      p_ks = 0;
-      p_row0 += row_step;
-      if (p_row0 < p.m) rebase();
-    }
-  };
-
-  for (int s = 0; s < STAGES - 1; s++) {
-    if (s < tiles) issue();
-    cp_async_commit();
-  }
-
-  // While the first tiles are in flight: the vector, decoded once for this CTA.
+  // The vector, decoded once per CTA (all warps help, then one barrier).
   {
     const uint8_t *b_row = p.b.data + l * p.b.batch_stride;
+    uint4 *b8w = reinterpret_cast<uint4 *>(smem + plan.b8);
+    float2 *sbw = reinterpret_cast<float2 *>(smem + plan.sb);
     for (int c = tid; c < chunks; c += THREADS) {
       const uint4 v = *reinterpret_cast<const uint4 *>(b_row + 16 * c);
+      // chunk c is part `part` of unit c / CPT = (step, lane qq): see the plan above
+      const int part = c % CPT, qq = (c / CPT) % LPR, st = c / SPAN;
       uint4 lo, hi;
       nvfp4_e2m1x8_to_s8x8(v.x, lo.x, lo.y);
       nvfp4_e2m1x8_to_s8x8(v.y, lo.z, lo.w);
       nvfp4_e2m1x8_to_s8x8(v.z, hi.x, hi.y);
       nvfp4_e2m1x8_to_s8x8(v.w, hi.z, hi.w);
-      reinterpret_cast<uint4 *>(b_lo)[c] = lo;
-      reinterpret_cast<uint4 *>(b_hi)[c] = hi;
-      sb[c] = make_float2(0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c),
-                          0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c + 1));
+      b8w[(st * 2 * CPT + 2 * part) * LPR + qq] = lo;
+      b8w[(st * 2 * CPT + 2 * part + 1) * LPR + qq] = hi;
+      sbw[(st * CPT + part) * LPR + qq] = make_float2(0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c),
+                                                      0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c + 1));
     }
+    if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
   }
 
-  volatile uint32_t *mag_table = reinterpret_cast<uint32_t *>(red + THREADS / 32);
-  if (tid == 0) *mag_table = NVFP4_E2M1_MAG_03;  // visible after the first barrier below
+  // Producer: the next (row set, step) this thread copies. Its chunks are units
+  // s * LPR + q of the row (unit = CPT adjacent chunks), its 4 scale bytes the
+  // word holding the unit's scale columns. Offsets separate by row and column
+  // (numerics.h), so cursors move by constants: no division, no 64-bit multiply.
+  const uint8_t *a_batch = p.a.data + l * p.a.batch_stride;
+  const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
+  const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
+  int p_step = 0;
+  int64_t p_row = row_first + g;
+  const uint8_t *p_a = nullptr, *p_sf = nullptr;
+  auto rebase = [&]() {
+    const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
+    p_a = a_batch + row * p.a.row_stride + 16 * CPT * q;
+    p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, p.a.sf_row_stride, k_blocks, row, 0) +
+           nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, (2 * CPT * q) & ~3);
+  };
+  rebase();
+  uint8_t *const a_dst = ring_a + tid * 16, *const s_dst = ring_s + tid * 4;
+  auto issue = [&](int stage) {  // stage: a compile-time constant at every call (unrolled loops)
+#pragma unroll
+    for (int u = 0; u < CPT; u++) cp_async_16(a_dst + (stage * CPT + u) * THREADS * 16, p_a + 16 * u, 16);
+    cp_async_4(s_dst + stage * THREADS * 4, p_sf, 4);
+    p_a += 16 * SPAN, p_sf += sf_step;
+    if (++p_step == steps) {
+      p_step = 0;
+      p_row += row_stride;
+      rebase();
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < items) issue(s);
+    cp_async_commit();
+  }
+  __syncthreads();  // the vector and the table are in shared memory
+
+  // Read at a lane-dependent address: a uniform value would live in a uniform
+  // register and be copied out before every prmt (numerics.h).
+  const uint32_t mag = reinterpret_cast<volatile uint32_t *>(smem + plan.table)[lane & 3];
   const float alpha = problem_alpha(p);
   uint16_t *c_batch = p.c + l * p.c_batch_stride;
   float acc = 0.f;
-  int ks = 0, stage = 0;
-  int64_t row0 = (int64_t)blockIdx.x * R;
-  for (int t = 0; t < tiles; t++) {
-    cp_async_wait<STAGES - 2>();  // this thread's copies of tile t have landed
-    __syncthreads();              // everyone's have; everyone is done with tile t - 1's stage
-    if (t + STAGES - 1 < tiles) issue();
-    cp_async_commit();
-
-    {
-      const uint32_t mag = *mag_table;
-      const int c = ks * KT + j;
-      const uint8_t *st = stages + stage * STAGE;
-      const uint4 av = *reinterpret_cast<const uint4 *>(st + tid * 16);
-      const float2 sa = nvfp4_e4m3x2_to_float2(*reinterpret_cast<const uint16_t *>(st + A_TILE + r * 2 * KT + 2 * j));
-      const float2 sbc = sb[c];
-      const int s0 = dot16(av.x, av.y, reinterpret_cast<const uint4 *>(b_lo)[c], mag);
-      const int s1 = dot16(av.z, av.w, reinterpret_cast<const uint4 *>(b_hi)[c], mag);
-      acc = fmaf((float)s0, sa.x * sbc.x, acc);
-      acc = fmaf((float)s1, sa.y * sbc.y, acc);
-    }
-    if (++stage == STAGES) stage = 0;
-    if (++ks == ksteps) {  // row block done: reduce the KT partials of each row
-      ks = 0;
+  int step = 0;
+  int64_t row = row_first + g;
+  // This lane's place in the vector's layout; moves by one step's worth per step.
+  const uint4 *b_step = b8 + q;
+  const float2 *sb_step = sb + q;
+  // Unrolled by STAGES so that every ring offset is a constant.
+  for (int it0 = 0; it0 < items; it0 += STAGES) {
 #pragma unroll
-      for (int off = (KT < 32 ? KT : 32) / 2; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-      if (KT > 32) {
-        if (tid % 32 == 0) red[tid / 32] = acc;
-        __syncthreads();
-        if (j == 0) {
-          float s = 0.f;
+    for (int stage = 0; stage < STAGES; stage++) {
+      const int it = it0 + stage;
+      if (it >= items) break;
+      cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
+      const uint32_t sw = *reinterpret_cast<const uint32_t *>(s_dst + stage * THREADS * 4);
 #pragma unroll
-          for (int w2 = 0; w2 < KT / 32; w2++) s += red[tid / 32 + w2];
-          acc = s;
-        }
+      for (int u = 0; u < CPT; u++) {
+        const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + (stage * CPT + u) * THREADS * 16);
+        // the unit's chunk u has scale columns 2u, 2u+1 of the word (CPT == 1: the half by unit parity)
+        const uint32_t two = CPT == 2 ? (sw >> (16 * u)) : (sw >> (16 * ((step * LPR + q) & 1)));
+        const float2 sa = nvfp4_e4m3x2_to_float2(two & 0xFFFFu);
+        const float2 sbc = sb_step[u * LPR];
+        const int s0 = dot16(av.x, av.y, b_step[(2 * u) * LPR], mag);
+        const int s1 = dot16(av.z, av.w, b_step[(2 * u + 1) * LPR], mag);
+        acc = fmaf((float)s0, sa.x * sbc.x, acc);
+        acc = fmaf((float)s1, sa.y * sbc.y, acc);
       }
-      if (j == 0 && row0 + r < p.m) store_half(c_batch + (row0 + r) * p.c_row_stride, acc * alpha);
-      acc = 0.f;
-      row0 += row_step;
+      // Refill (item it + STAGES - 1 goes to the stage just before this one) after
+      // this item's shared-memory reads were consumed above.
+      if (it + STAGES - 1 < items) issue((stage + STAGES - 1) % STAGES);
+      cp_async_commit();
+      b_step += 2 * CPT * LPR, sb_step += CPT * LPR;
+      if (++step == steps) {  // row done: reduce its LPR partials
+        step = 0;
+        b_step = b8 + q, sb_step = sb + q;
+#pragma unroll
+        for (int off = LPR / 2; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (q == 0 && row < p.m) store_half(c_batch + row * p.c_row_stride, acc * alpha);
+        acc = 0.f;
+        row += row_stride;
+      }
     }
   }
   cp_async_wait<0>();
@@ -198,9 +205,10 @@ int current_device(int *sms) {
   return device;
 }
 
-template <int SFA, int KT>
-cudaError_t launch(const nvfp4_matmul &p, int64_t smem_bytes, cudaStream_t stream) {
-  auto kernel = gemv_kernel<SFA, KT>;
+template <int SFA, int LPR, int CPT>
+cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
+  auto kernel = gemv_kernel<SFA, LPR, CPT>;
+  const int64_t smem_bytes = GemvSmem(p.k, CPT).total;
   static LaunchCache cache;
   int sms = 0;
   const int device = current_device(&sms);
@@ -212,11 +220,12 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t smem_bytes, cudaStream_t strea
     if (e != cudaSuccess) return e;
     cache.smem[device] = want;
   }
-  constexpr int R = THREADS / KT;
-  const int64_t row_blocks = (p.m + R - 1) / R;
-  const int64_t slots = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
-  const int64_t per_cta = (row_blocks + slots - 1) / slots;   // row blocks per CTA, then as
-  const int64_t ctas = (row_blocks + per_cta - 1) / per_cta;  // few CTAs as that allows
+  // CTAs per batch: as many as fit, then as few as give every warp the same
+  // number of row sets.
+  const int64_t rows_per_cta = (int64_t)WARPS * (32 / LPR);
+  const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
+  const int64_t row_sets = (p.m + rows_per_cta * max_ctas - 1) / (rows_per_cta * max_ctas);
+  const int64_t ctas = (p.m + rows_per_cta * row_sets - 1) / (rows_per_cta * row_sets);
   for (int64_t l = 0; l < p.batch; l += 65535) {
     const int64_t nb = std::min<int64_t>(p.batch - l, 65535);
     kernel<<<dim3((unsigned)ctas, (unsigned)nb), THREADS, (size_t)smem_bytes, stream>>>(p, l);
@@ -224,17 +233,17 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t smem_bytes, cudaStream_t strea
   return cudaGetLastError();
 }
 
-/* KT: the largest power of two <= 64 dividing the chunk count (K % 64 == 0
- * makes it even). */
+/* (LPR, CPT): the largest span LPR * CPT dividing the chunk count (even, as
+ * K % 64 == 0), two chunks per lane where the span allows. */
 template <int SFA>
-cudaError_t launch_kt(const nvfp4_matmul &p, int64_t smem_bytes, cudaStream_t stream) {
+cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t chunks = p.k / 32;
-  if (chunks % 64 == 0) return launch<SFA, 64>(p, smem_bytes, stream);
-  if (chunks % 32 == 0) return launch<SFA, 32>(p, smem_bytes, stream);
-  if (chunks % 16 == 0) return launch<SFA, 16>(p, smem_bytes, stream);
-  if (chunks % 8 == 0) return launch<SFA, 8>(p, smem_bytes, stream);
-  if (chunks % 4 == 0) return launch<SFA, 4>(p, smem_bytes, stream);
-  return launch<SFA, 2>(p, smem_bytes, stream);
+  if (chunks % 64 == 0) return launch<SFA, 32, 2>(p, stream);
+  if (chunks % 32 == 0) return launch<SFA, 32, 1>(p, stream);
+  if (chunks % 32 == 16) return launch<SFA, 8, 2>(p, stream);
+  if (chunks % 16 == 8) return launch<SFA, 4, 2>(p, stream);
+  if (chunks % 8 == 4) return launch<SFA, 2, 2>(p, stream);
+  return launch<SFA, 1, 2>(p, stream);
 }
 
 bool aligned(const void *ptr, int64_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
@@ -254,11 +263,10 @@ bool gemv_supported(const nvfp4_matmul &p) {
   if (!aligned(p.b.data, 16) || p.b.batch_stride % 16) return false;
   if (!aligned(p.a.sf, 4) || p.a.sf_batch_stride % 4 || (p.a.sf_layout == NVFP4_SF_LINEAR && p.a.sf_row_stride % 4))
     return false;
-  return GemvSmem(p.k).total <= max_smem_optin();
+  return GemvSmem(p.k, 2).total <= max_smem_optin();
 }
 
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream) {
-  const int64_t smem = GemvSmem(p.k).total;
-  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_kt<NVFP4_SF_LINEAR>(p, smem, stream)
-                                          : launch_kt<NVFP4_SF_BLOCKED>(p, smem, stream);
+  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, stream)
+                                          : launch_shape<NVFP4_SF_BLOCKED>(p, stream);
 }
