@@ -9,8 +9,8 @@
  * (v2 measured 4.3 per code at 69% issue-slot use: issue-bound).
  *
  * Dataflow. Persistent CTAs of 8 warps. A warp streams rows: LPR lanes per row
- * (32 / LPR rows at once), each lane CPT adjacent 16-byte chunks (32 codes each)
- * per step. Every thread copies exactly what it will consume, so the pipeline
+ * (32 / LPR rows at once), each lane one 16-byte chunk (32 codes) per step, so
+ * every copy instruction of a warp is one contiguous run. Every thread copies exactly what it will consume, so the pipeline
  * is private to the thread: no barrier in the main loop.
  *
  *   gmem A + its scales --cp.async, per-thread STAGES-deep ring--> smem
@@ -22,8 +22,8 @@
  * Block sums of 16 products are exact integers, so this is fp32 accumulation of
  * exact products, as the reference specifies, in another order.
  *
- * (LPR, CPT): the largest LPR * CPT (LPR <= 32, CPT <= 2) dividing K/32, so a
- * row is whole steps and the copy path has no bounds checks.
+ * LPR divides K/32, so a row is whole steps and the copy path has no bounds
+ * checks.
  *
  * Fast-path preconditions (else the SIMT kernel runs): N == 1, K % 64 == 0,
  * A rows and b 16-byte aligned, A's scales 4-byte aligned (either layout), and
@@ -35,7 +35,7 @@
 
 namespace {
 
-constexpr int THREADS = 256, WARPS = THREADS / 32, STAGES = 4;
+constexpr int THREADS = 256, WARPS = THREADS / 32, STAGES = 6;
 
 /* Shared-memory plan of one CTA. */
 struct GemvSmem {
@@ -233,17 +233,19 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-/* (LPR, CPT): the largest span LPR * CPT dividing the chunk count (even, as
- * K % 64 == 0), two chunks per lane where the span allows. */
+/* LPR: the largest power of two <= 32 dividing the chunk count (even, as
+ * K % 64 == 0); one chunk per lane per step. Two adjacent chunks per lane (CPT
+ * 2) measured slower on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte
+ * copy instruction then touches half of every 32-byte sector, doubling the L2
+ * requests. The CPT template parameter stays for experiments. */
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t chunks = p.k / 32;
-  if (chunks % 64 == 0) return launch<SFA, 32, 2>(p, stream);
   if (chunks % 32 == 0) return launch<SFA, 32, 1>(p, stream);
-  if (chunks % 32 == 16) return launch<SFA, 8, 2>(p, stream);
-  if (chunks % 16 == 8) return launch<SFA, 4, 2>(p, stream);
-  if (chunks % 8 == 4) return launch<SFA, 2, 2>(p, stream);
-  return launch<SFA, 1, 2>(p, stream);
+  if (chunks % 16 == 0) return launch<SFA, 16, 1>(p, stream);
+  if (chunks % 8 == 0) return launch<SFA, 8, 1>(p, stream);
+  if (chunks % 4 == 0) return launch<SFA, 4, 1>(p, stream);
+  return launch<SFA, 2, 1>(p, stream);
 }
 
 bool aligned(const void *ptr, int64_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
@@ -263,7 +265,7 @@ bool gemv_supported(const nvfp4_matmul &p) {
   if (!aligned(p.b.data, 16) || p.b.batch_stride % 16) return false;
   if (!aligned(p.a.sf, 4) || p.a.sf_batch_stride % 4 || (p.a.sf_layout == NVFP4_SF_LINEAR && p.a.sf_row_stride % 4))
     return false;
-  return GemvSmem(p.k, 2).total <= max_smem_optin();
+  return GemvSmem(p.k, 1).total <= max_smem_optin();
 }
 
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream) {
