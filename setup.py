@@ -79,6 +79,7 @@ def extension():
     nvcc_flags = opt + ["-lineinfo", "-DNVFP4_WITH_CUDA", "--expt-relaxed-constexpr"] + gencode_flags(nvcc)
     if os.environ.get("NVFP4_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
+    nvcc_flags += os.environ.get("NVFP4_NVCC_FLAGS", "").split()  # experiments: -DNVFP4_GEMV_STAGES=12 ...
     return CUDAExtension(
         "nvfp4_kernels._C",
         sources + rel(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cu"))),
