@@ -37,9 +37,18 @@ class L2Flush:
         self.buf.fill_(0x5A5A5A5A)
 
 
+# GPU time queued after each flush, so that the host has launched the timed call
+# before the start event fires: without it the host's time per call (Python,
+# dispatch, launch: tens of microseconds) showed up as idle GPU time between the
+# events whenever it exceeded the flush (a constant ~15 us on every gemv time,
+# and on cuBLAS's; seen on an H200, 2026-11-22).
+SLEEP_CYCLES = 400_000  # ~200 us at 2 GHz
+
+
 def cuda_time(fn, arg_sets, *, flush: L2Flush | None, reps=100, warmup=5) -> float:
-    """Median seconds of one call fn(*args), args rotating over arg_sets, L2
-    flushed before each timed call; events around the call only."""
+    """Median seconds of the GPU work of one call fn(*args), args rotating over
+    arg_sets, L2 flushed before each timed call; events around the call only,
+    the GPU kept busy while the host prepares it."""
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -47,6 +56,7 @@ def cuda_time(fn, arg_sets, *, flush: L2Flush | None, reps=100, warmup=5) -> flo
     for r in range(reps):
         if flush:
             flush()
+        torch.cuda._sleep(SLEEP_CYCLES)
         starts[r].record()
         fn(*arg_sets[r % len(arg_sets)])
         ends[r].record()
@@ -70,6 +80,24 @@ def cuda_time_loop(fn, arg_sets, *, flush: L2Flush, reps=20) -> float:
         end.record()
         torch.cuda.synchronize()
         samples.append(start.elapsed_time(end) / 1e3 / len(arg_sets))
+    return statistics.median(samples)
+
+
+def host_time(fn, arg_sets, reps=200) -> float:
+    """Median host seconds per call while the GPU is kept busy (launches queue up
+    behind a long sleep, so no call waits for the GPU)."""
+    import time as _time
+
+    fn(*arg_sets[0])
+    torch.cuda.synchronize()
+    samples = []
+    for r in range(reps):
+        if r % 50 == 0:
+            torch.cuda._sleep(50 * SLEEP_CYCLES)
+        t = _time.perf_counter()
+        fn(*arg_sets[r % len(arg_sets)])
+        samples.append(_time.perf_counter() - t)
+    torch.cuda.synchronize()
     return statistics.median(samples)
 
 

@@ -4,8 +4,10 @@ reference, then timed. This is the project's main job (README: `make demo`).
     python -m benchmarks.competition [--problem P ...] [--shapes benchmarks|tests] [--json FILE]
 
 On a GPU (default: the task.yml benchmark shapes), per shape:
-  t_call  one submission.custom_kernel call after an L2 flush, median (eval.py's gemv procedure)
-  t_loop  50 different inputs back to back after a flush, per call (the gemm/dual/group procedure)
+  t_call  GPU time of one submission.custom_kernel call after an L2 flush, median
+  host    host time per custom_kernel call (Python, dispatch, launch), median
+  t_loop  50 different inputs back to back after a flush, per call (the gemm/dual/group procedure:
+          includes host time wherever it exceeds the GPU's)
   sol     speed of light from the ceilings measured in this run; frac = sol / t
   bf16    cuBLAS on operands pre-dequantized to bf16 (exact), same flush; speedup = bf16 / t_call
 On the CPU (default: the task.yml test shapes): one call each, wall time.
@@ -25,7 +27,7 @@ from nvfp4_kernels import reference, tasks
 from nvfp4_kernels.layouts import batch_first
 from nvfp4_kernels.testing import competition_inputs, competition_reference
 
-from .common import L2Flush, cpu_time, cuda_time, cuda_time_loop, measure_ceilings
+from .common import L2Flush, cpu_time, cuda_time, cuda_time_loop, host_time, measure_ceilings
 
 LOOP_INPUTS = 50
 
@@ -108,9 +110,11 @@ def run(problems, which, json_path=None):
                 sol = ceil.sol_seconds(nbytes, flops)
                 t_call = cuda_time(submission.custom_kernel, [(d,) for d in inputs], flush=flush)
                 t_loop = cuda_time_loop(submission.custom_kernel, [(d,) for d in inputs], flush=flush)
+                t_host = host_time(submission.custom_kernel, [(d,) for d in inputs])
                 fn, args = bf16_baseline(problem, data)
                 t_bf16 = cuda_time(fn, [args], flush=flush, reps=30)
-                row.update(t_call_us=t_call * 1e6, t_loop_us=t_loop * 1e6, sol_us=sol * 1e6, frac_sol=sol / t_call,
+                row.update(t_call_us=t_call * 1e6, t_loop_us=t_loop * 1e6, host_us=t_host * 1e6, sol_us=sol * 1e6,
+                           frac_sol=sol / t_call,
                            frac_sol_loop=sol / t_loop, bf16_us=t_bf16 * 1e6, speedup=t_bf16 / t_call,
                            tflops=flops / t_call / 1e12, gbps=nbytes / t_call / 1e9)
                 del inputs
@@ -129,8 +133,8 @@ def format_row(r, cuda):
     head = f"{r['problem']:<10} {r['shape']:<58} {'ok  ' if r['ok'] else 'FAIL'}"
     if not cuda:
         return f"{head} {r['t_call_us'] / 1e3:10.1f} ms (CPU)"
-    return (f"{head} {r['t_call_us']:9.1f} us  SOL {r['sol_us']:7.1f} us  frac {r['frac_sol']:.2f}  "
-            f"loop {r['t_loop_us']:8.1f} us ({r['frac_sol_loop']:.2f})  bf16 {r['bf16_us']:8.1f} us  "
+    return (f"{head} {r['t_call_us']:8.1f} us SOL {r['sol_us']:6.1f} frac {r['frac_sol']:.2f} "
+            f"loop {r['t_loop_us']:7.1f} ({r['frac_sol_loop']:.2f}) host {r['host_us']:5.1f}  bf16 {r['bf16_us']:7.1f} "
             f"x{r['speedup']:.2f}")
 
 

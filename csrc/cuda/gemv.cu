@@ -35,11 +35,8 @@
 
 namespace {
 
-#ifndef NVFP4_GEMV_STAGES  // experiment knobs (docs/PERF.md); the defaults are the measured best
+#ifndef NVFP4_GEMV_STAGES  // experiment knob (NVFP4_NVCC_FLAGS, docs/PERF.md): 3, 6, 12 measured alike
 #define NVFP4_GEMV_STAGES 6
-#endif
-#ifndef NVFP4_GEMV_CONTIGUOUS
-#define NVFP4_GEMV_CONTIGUOUS 0
 #endif
 constexpr int THREADS = 256, WARPS = THREADS / 32, STAGES = NVFP4_GEMV_STAGES;
 
@@ -81,20 +78,11 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / LPR, q = lane % LPR;
   const int64_t l = l_base + blockIdx.y;
   const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
-#if NVFP4_GEMV_CONTIGUOUS  // each lane group streams a contiguous run of rows
-  const int64_t groups = (int64_t)gridDim.x * WARPS * RPW;
-  const int64_t per_group = (p.m + groups - 1) / groups;
-  const int64_t row_stride = 1;
-  const int64_t row_first = ((int64_t)blockIdx.x * WARPS + warp) * RPW * per_group;  // group g adds g * per_group
-  const int row_sets = row_first < p.m ? (int)per_group : 0;
-  const int64_t g_offset = g * per_group;
-#else  // row sets strided over the grid
+  // Row sets strided over the grid (contiguous runs of rows per warp measured no faster).
   const int64_t row_stride = (int64_t)gridDim.x * WARPS * RPW;  // rows between a warp's row sets
   const int64_t row_first = ((int64_t)blockIdx.x * WARPS + warp) * RPW;
   // Warps past the last row still help decode the vector and meet the barrier.
   const int row_sets = row_first < p.m ? (int)((p.m - row_first + row_stride - 1) / row_stride) : 0;
-  const int64_t g_offset = g;
-#endif
   const int items = row_sets * steps;  // this thread's sequence of (row, step)
 
   // The vector, decoded once per CTA (all warps help, then one barrier).
@@ -127,7 +115,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
   const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
   int p_step = 0;
-  int64_t p_row = row_first + g_offset;
+  int64_t p_row = row_first + g;
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
   auto rebase = [&]() {
     const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
@@ -162,7 +150,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   uint16_t *c_batch = p.c + l * p.c_batch_stride;
   float acc = 0.f;
   int step = 0;
-  int64_t row = row_first + g_offset;
+  int64_t row = row_first + g;
   // This lane's place in the vector's layout; moves by one step's worth per step.
   const uint4 *b_step = b8 + q;
   const float2 *sb_step = sb + q;
