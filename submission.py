@@ -2,10 +2,12 @@
 
 The harness's tensors are batch-last views of batch-first memory
 (../shared/competition/CONTRACT.md), so `permute` turns each into the [L, ...]
-layout the ops take without a copy. The permuted (blocked 128x4) scales are
-used: they are on the GPU for every problem (group gemm's linear scales are on
-the CPU). Results are written into the harness's c in place; nothing is
-allocated, copied or synchronised per call.
+layout the ops take without a copy. gemv reads the linear scales (its kernel
+reads them in long runs: 0.59 vs 0.42 of SOL with the blocked ones, H200,
+docs/PERF.md); the others read the permuted (blocked 128x4) scales, which are
+on the GPU for every problem (group gemm's linear scales are on the CPU).
+Results are written into the harness's c in place; nothing is allocated,
+copied or synchronised per call.
 
     gemv       (a, b, sfa, sfb, sfa_perm, sfb_perm, c)          c (M, 1, L)
     gemm       (a, b, sfa, sfb, sfa_perm, sfb_perm, c)          c (M, N, L)
@@ -43,9 +45,9 @@ def custom_kernel(data):
         a, b1, b2, _, _, _, sfa, sfb1, sfb2, c = data
         _ops.dual_gemm_out(_rows(a), _rows(b1), _rows(b2), _blocked(sfa), _blocked(sfb1), _blocked(sfb2), _rows(c))
         return c
-    a, b, _, _, sfa, sfb, c = data
-    if c.shape[1] == 1 and b.shape[0] == 128:  # gemv: row 0 of b is the vector
-        _ops.gemv_out(_rows(a), _rows(b)[:, 0], _blocked(sfa), _blocked(sfb), None, _rows(c)[:, :, 0])
+    a, b, sfa_lin, sfb_lin, sfa, sfb, c = data
+    if c.shape[1] == 1 and b.shape[0] == 128:  # gemv: row 0 of b (and of its scales) is the vector
+        _ops.gemv_out(_rows(a), _rows(b)[:, 0], _rows(sfa_lin), _rows(sfb_lin)[:, 0], None, _rows(c)[:, :, 0])
     else:
         _ops.gemm_out(_rows(a), _rows(b), _blocked(sfa), _blocked(sfb), None, _rows(c))
     return c
