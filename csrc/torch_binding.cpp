@@ -48,14 +48,12 @@ bool is_e4m3(const Tensor &t) { return t.scalar_type() == at::kFloat8_e4m3fn || 
 
 /* An operand's data and scales: rows x K values in batches of L. `rows_dim`
  * is false for gemv's vector, which has no rows dimension (one row). */
-nvfp4_operand make_operand(const std::string &op, const char *name, const Tensor &data, const char *sf_name,
+nvfp4_operand make_operand(const std::string &op, const Tensor &data, const char *sf_name,
                            const Tensor &sf, bool batched, int64_t L, int64_t rows, int64_t K, bool rows_dim) {
   nvfp4_operand o{};
   const int64_t k_blocks = K / 16, base_rank = (batched ? 1 : 0) + (rows_dim ? 1 : 0);
   TORCH_CHECK_TYPE(is_e4m3(sf), op, ": ", sf_name, " must be float8_e4m3fn or uint8 (e4m3 bytes), got ",
                    sf.scalar_type());
-  if (rows_dim)
-    TORCH_CHECK_VALUE(data.stride(-2) >= 0, op, ": ", name, " has a negative row stride");
   o.data = static_cast<const uint8_t *>(data.const_data_ptr());
   o.row_stride = rows_dim ? data.stride(-2) : 0;
   o.batch_stride = batched ? data.stride(0) : 0;
@@ -144,9 +142,9 @@ Problem make_problem(const std::string &op, const Tensor &a, const Tensor &b, co
 
   nvfp4_matmul &p = pr.p;
   p.m = M, p.n = N, p.k = K, p.batch = L;
-  p.a = make_operand(op, "a", a, "sfa", sfa, batched, L, M, K, true);
-  p.b = make_operand(op, bname, b, b2 ? "sfb1" : "sfb", sfb, batched, L, N, K, !vector);
-  if (b2) p.b2 = make_operand(op, "b2", *b2, "sfb2", *sfb2, batched, L, N, K, true);
+  p.a = make_operand(op, a, "sfa", sfa, batched, L, M, K, true);
+  p.b = make_operand(op, b, b2 ? "sfb1" : "sfb", sfb, batched, L, N, K, !vector);
+  if (b2) p.b2 = make_operand(op, *b2, "sfb2", *sfb2, batched, L, N, K, true);
   p.alpha = 1.0f;
   if (alpha) {
     const Tensor &al = *alpha;
@@ -232,52 +230,45 @@ Tensor alloc_out(const Problem &pr, const Tensor &like) {
 
 // ---- ops -------------------------------------------------------------------
 
+/* One gemv / gemm / dual problem: validate, bind (or allocate) the output, run.
+ * b2 and sfb2 are given for dual; out is null for the allocating variants. */
+Tensor matmul_op(const char *op, bool vector, const Tensor &a, const Tensor &b, const Tensor *b2, const Tensor &sfa,
+                 const Tensor &sfb, const Tensor *sfb2, const std::optional<Tensor> &alpha, const Tensor *out) {
+  std::vector<Problem> prs{make_problem(op, a, b, b2, sfa, sfb, sfb2, alpha, vector)};
+  Tensor result = out ? *out : alloc_out(prs[0], a);
+  bind_out(op, prs[0], result, vector);
+  run(op, prs);
+  return result;
+}
+
 void gemv_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
               const std::optional<Tensor> &alpha, const Tensor &out) {
-  std::vector<Problem> prs{make_problem("nvfp4.gemv", a, b, nullptr, sfa, sfb, nullptr, alpha, true)};
-  bind_out("nvfp4.gemv", prs[0], out, true);
-  run("nvfp4.gemv", prs);
+  matmul_op("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha, &out);
 }
 
 Tensor gemv(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
             const std::optional<Tensor> &alpha) {
-  std::vector<Problem> prs{make_problem("nvfp4.gemv", a, b, nullptr, sfa, sfb, nullptr, alpha, true)};
-  Tensor out = alloc_out(prs[0], a);
-  bind_out("nvfp4.gemv", prs[0], out, true);
-  run("nvfp4.gemv", prs);
-  return out;
+  return matmul_op("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha, nullptr);
 }
 
 void gemm_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
               const std::optional<Tensor> &alpha, const Tensor &out) {
-  std::vector<Problem> prs{make_problem("nvfp4.gemm", a, b, nullptr, sfa, sfb, nullptr, alpha, false)};
-  bind_out("nvfp4.gemm", prs[0], out, false);
-  run("nvfp4.gemm", prs);
+  matmul_op("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha, &out);
 }
 
 Tensor gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
             const std::optional<Tensor> &alpha) {
-  std::vector<Problem> prs{make_problem("nvfp4.gemm", a, b, nullptr, sfa, sfb, nullptr, alpha, false)};
-  Tensor out = alloc_out(prs[0], a);
-  bind_out("nvfp4.gemm", prs[0], out, false);
-  run("nvfp4.gemm", prs);
-  return out;
+  return matmul_op("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha, nullptr);
 }
 
 void dual_gemm_out(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
                    const Tensor &sfb2, const Tensor &out) {
-  std::vector<Problem> prs{make_problem("nvfp4.dual_gemm", a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt, false)};
-  bind_out("nvfp4.dual_gemm", prs[0], out, false);
-  run("nvfp4.dual_gemm", prs);
+  matmul_op("nvfp4.dual_gemm", false, a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt, &out);
 }
 
 Tensor dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
                  const Tensor &sfb2) {
-  std::vector<Problem> prs{make_problem("nvfp4.dual_gemm", a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt, false)};
-  Tensor out = alloc_out(prs[0], a);
-  bind_out("nvfp4.dual_gemm", prs[0], out, false);
-  run("nvfp4.dual_gemm", prs);
-  return out;
+  return matmul_op("nvfp4.dual_gemm", false, a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt, nullptr);
 }
 
 std::vector<Problem> make_group(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
