@@ -97,17 +97,15 @@ def cuda_time_loop(fn, arg_sets, *, flush: L2Flush, reps=20) -> float:
 def host_time(fn, arg_sets, reps=200) -> float:
     """Median host seconds per call while the GPU is kept busy (launches queue up
     behind a long sleep, so no call waits for the GPU)."""
-    import time as _time
-
     fn(*arg_sets[0])
     torch.cuda.synchronize()
     samples = []
     for r in range(reps):
         if r % 50 == 0:
             torch.cuda._sleep(50 * SLEEP_CYCLES)
-        t = _time.perf_counter()
+        t = time.perf_counter()
         fn(*arg_sets[r % len(arg_sets)])
-        samples.append(_time.perf_counter() - t)
+        samples.append(time.perf_counter() - t)
     torch.cuda.synchronize()
     return statistics.median(samples)
 

@@ -28,10 +28,8 @@ extern "C" {
 typedef enum nvfp4_status {
   NVFP4_OK = 0,
   NVFP4_ERR_INVALID = 1,      /* sizes or pointers that no kernel accepts     */
-  NVFP4_ERR_TOO_MANY = 2,     /* more groups than one launch table holds      */
-  NVFP4_ERR_NO_KERNEL = 3,    /* this build has no kernel for the device      */
-  NVFP4_ERR_CUDA = 4,         /* a CUDA call failed (cudaGetLastError says)   */
-  NVFP4_ERR_NO_MEMORY = 5     /* host scratch could not be allocated          */
+  NVFP4_ERR_CUDA = 2,         /* a CUDA call failed (cudaGetLastError says)   */
+  NVFP4_ERR_NO_MEMORY = 3     /* host scratch could not be allocated          */
 } nvfp4_status;
 
 /* Scale-factor layouts, both read in place.
@@ -73,11 +71,9 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
 #ifdef NVFP4_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-/* The largest number of problems one grouped launch takes. */
-#define NVFP4_MAX_GROUPS 64
-
-/* One or several independent problems (dual or not, all alike), one launch
- * where the kernels allow, on `stream`; no host synchronisation. */
+/* One or several independent problems (dual or not, all alike) on `stream`,
+ * no host synchronisation. Grouped problems share one launch per
+ * NVFP4_LAUNCH_GROUPS (16) of them (csrc/cuda/common.cuh). */
 nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
 /* Which kernel nvfp4_matmul_cuda would run for a single problem (for tests

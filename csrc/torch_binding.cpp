@@ -183,8 +183,6 @@ const char *status_text(nvfp4_status s) {
   switch (s) {
     case NVFP4_OK: return "ok";
     case NVFP4_ERR_INVALID: return "invalid problem";
-    case NVFP4_ERR_TOO_MANY: return "too many problems";
-    case NVFP4_ERR_NO_KERNEL: return "no kernel for this device in this build";
     case NVFP4_ERR_CUDA: return "CUDA error";
     case NVFP4_ERR_NO_MEMORY: return "out of host memory";
   }

@@ -113,6 +113,7 @@ def _register_out_fake(name):
     @torch.library.register_fake(f"nvfp4::{name}")
     def _(*args):
         flat = [t for arg in args for t in (arg if isinstance(arg, (list, tuple)) else (arg,))]
+        # alpha (the only float32 argument) may be a CPU scalar next to device tensors
         _one_device(name, [t for t in flat if isinstance(t, torch.Tensor) and t.dtype != torch.float32])
         return None
 

@@ -31,15 +31,6 @@ __device__ __forceinline__ int table_find(const MatmulTable &t, int64_t &tile) {
   return g;
 }
 
-/* 16-byte load that bypasses L1 allocation: operand bytes are read once. */
-__device__ __forceinline__ uint4 ld_stream_16(const void *p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
 
 /* alpha of a problem: a device pointer or a value. */

@@ -43,11 +43,11 @@ constexpr int THREADS = 256, WARPS = THREADS / 32, STAGES = NVFP4_GEMV_STAGES;
 /* Shared-memory plan of one CTA. */
 struct GemvSmem {
   int64_t b8, sb, ring_a, ring_s, table, total;
-  __host__ __device__ GemvSmem(int64_t k, int cpt) {
-    b8 = 0;                              // int8 2*b, [step][2*CPT planes][LPR lanes] x 16 bytes
-    sb = b8 + k;                         // b's scales / 4, [step][CPT][LPR lanes] x float2
-    ring_a = sb + (k / 32) * 8;          // [STAGES][CPT][THREADS] 16-byte chunks of A
-    ring_s = ring_a + STAGES * cpt * THREADS * 16;  // [STAGES][THREADS] 4 scale bytes
+  __host__ __device__ explicit GemvSmem(int64_t k) {
+    b8 = 0;                              // int8 2*b, [step][2 halves][LPR lanes] x 16 bytes
+    sb = b8 + k;                         // b's scales / 4, [step][LPR lanes] x float2
+    ring_a = sb + (k / 32) * 8;          // [STAGES][THREADS] 16-byte chunks of A
+    ring_s = ring_a + STAGES * THREADS * 16;  // [STAGES][THREADS] 4 scale bytes
     table = ring_s + STAGES * THREADS * 4;
     total = table + 16;
   }
@@ -65,12 +65,12 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint4 b, uint32_t
   return pos - neg;
 }
 
-template <int SFA_LAYOUT, int LPR, int CPT>
+template <int SFA_LAYOUT, int LPR>
 __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base) {
   constexpr int RPW = 32 / LPR;        // rows per warp at once
-  constexpr int SPAN = LPR * CPT;      // chunks of a row per step
+  constexpr int SPAN = LPR;            // chunks of a row per step: one per lane
   extern __shared__ __align__(16) uint8_t smem[];
-  const GemvSmem plan(p.k, CPT);
+  const GemvSmem plan(p.k);
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
   const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
   uint8_t *ring_a = smem + plan.ring_a, *ring_s = smem + plan.ring_s;
@@ -92,24 +92,24 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
     float2 *sbw = reinterpret_cast<float2 *>(smem + plan.sb);
     for (int c = tid; c < chunks; c += THREADS) {
       const uint4 v = *reinterpret_cast<const uint4 *>(b_row + 16 * c);
-      // chunk c is part `part` of unit c / CPT = (step, lane qq): see the plan above
-      const int part = c % CPT, qq = (c / CPT) % LPR, st = c / SPAN;
+      // chunk c belongs to (step st, lane qq): see the plan above
+      const int qq = c % LPR, st = c / SPAN;
       uint4 lo, hi;
       nvfp4_e2m1x8_to_s8x8(v.x, lo.x, lo.y);
       nvfp4_e2m1x8_to_s8x8(v.y, lo.z, lo.w);
       nvfp4_e2m1x8_to_s8x8(v.z, hi.x, hi.y);
       nvfp4_e2m1x8_to_s8x8(v.w, hi.z, hi.w);
-      b8w[(st * 2 * CPT + 2 * part) * LPR + qq] = lo;
-      b8w[(st * 2 * CPT + 2 * part + 1) * LPR + qq] = hi;
-      sbw[(st * CPT + part) * LPR + qq] = make_float2(0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c),
+      b8w[(st * 2) * LPR + qq] = lo;
+      b8w[(st * 2 + 1) * LPR + qq] = hi;
+      sbw[st * LPR + qq] = make_float2(0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c),
                                                       0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c + 1));
     }
     if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
   }
 
-  // Producer: the next (row set, step) this thread copies. Its chunks are units
-  // s * LPR + q of the row (unit = CPT adjacent chunks), its 4 scale bytes the
-  // word holding the unit's scale columns. Offsets separate by row and column
+  // Producer: the next (row set, step) this thread copies. Its chunk is chunk
+  // s * LPR + q of the row, its 4 scale bytes the word holding that chunk's
+  // scale columns (lanes q and q^1 copy the same word). Offsets separate by row and column
   // (numerics.h), so cursors move by constants: no division, no 64-bit multiply.
   const uint8_t *a_batch = p.a.data + l * p.a.batch_stride;
   const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
@@ -119,15 +119,14 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
   auto rebase = [&]() {
     const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
-    p_a = a_batch + row * p.a.row_stride + 16 * CPT * q;
+    p_a = a_batch + row * p.a.row_stride + 16 * q;
     p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, p.a.sf_row_stride, k_blocks, row, 0) +
-           nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, (2 * CPT * q) & ~3);
+           nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, (2 * q) & ~3);
   };
   rebase();
   uint8_t *const a_dst = ring_a + tid * 16, *const s_dst = ring_s + tid * 4;
   auto issue = [&](int stage) {  // stage: a compile-time constant at every call (unrolled loops)
-#pragma unroll
-    for (int u = 0; u < CPT; u++) cp_async_16(a_dst + (stage * CPT + u) * THREADS * 16, p_a + 16 * u, 16);
+    cp_async_16(a_dst + stage * THREADS * 16, p_a, 16);
     cp_async_4(s_dst + stage * THREADS * 4, p_sf, 4);
     p_a += 16 * SPAN, p_sf += sf_step;
     if (++p_step == steps) {
@@ -162,15 +161,14 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
       if (it >= items) break;
       cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
       const uint32_t sw = *reinterpret_cast<const uint32_t *>(s_dst + stage * THREADS * 4);
-#pragma unroll
-      for (int u = 0; u < CPT; u++) {
-        const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + (stage * CPT + u) * THREADS * 16);
-        // the unit's chunk u has scale columns 2u, 2u+1 of the word (CPT == 1: the half by unit parity)
-        const uint32_t two = CPT == 2 ? (sw >> (16 * u)) : (sw >> (16 * ((step * LPR + q) & 1)));
+      {
+        const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + stage * THREADS * 16);
+        // the chunk's scale columns 2c, 2c+1 are the half of the word picked by c's parity
+        const uint32_t two = sw >> (16 * ((step * LPR + q) & 1));
         const float2 sa = nvfp4_e4m3x2_to_float2(two & 0xFFFFu);
-        const float2 sbc = sb_step[u * LPR];
-        const int s0 = dot16(av.x, av.y, b_step[(2 * u) * LPR], mag);
-        const int s1 = dot16(av.z, av.w, b_step[(2 * u + 1) * LPR], mag);
+        const float2 sbc = *sb_step;
+        const int s0 = dot16(av.x, av.y, b_step[0], mag);
+        const int s1 = dot16(av.z, av.w, b_step[LPR], mag);
         acc = fmaf((float)s0, sa.x * sbc.x, acc);
         acc = fmaf((float)s1, sa.y * sbc.y, acc);
       }
@@ -178,7 +176,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
       // this item's shared-memory reads were consumed above.
       if (it + STAGES - 1 < items) issue((stage + STAGES - 1) % STAGES);
       cp_async_commit();
-      b_step += 2 * CPT * LPR, sb_step += CPT * LPR;
+      b_step += 2 * LPR, sb_step += LPR;
       if (++step == steps) {  // row done: reduce its LPR partials
         step = 0;
         b_step = b8 + q, sb_step = sb + q;
@@ -209,10 +207,10 @@ int current_device(int *sms) {
   return device;
 }
 
-template <int SFA, int LPR, int CPT>
+template <int SFA, int LPR>
 cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
-  auto kernel = gemv_kernel<SFA, LPR, CPT>;
-  const int64_t smem_bytes = GemvSmem(p.k, CPT).total;
+  auto kernel = gemv_kernel<SFA, LPR>;
+  const int64_t smem_bytes = GemvSmem(p.k).total;
   static LaunchCache cache;
   int sms = 0;
   const int device = current_device(&sms);
@@ -238,18 +236,18 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
 }
 
 /* LPR: the largest power of two <= 32 dividing the chunk count (even, as
- * K % 64 == 0); one chunk per lane per step. Two adjacent chunks per lane (CPT
- * 2) measured slower on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte
+ * K % 64 == 0); one chunk per lane per step. Two adjacent chunks per lane
+ * measured slower on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte
  * copy instruction then touches half of every 32-byte sector, doubling the L2
- * requests. The CPT template parameter stays for experiments. */
+ * requests. */
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t chunks = p.k / 32;
-  if (chunks % 32 == 0) return launch<SFA, 32, 1>(p, stream);
-  if (chunks % 16 == 0) return launch<SFA, 16, 1>(p, stream);
-  if (chunks % 8 == 0) return launch<SFA, 8, 1>(p, stream);
-  if (chunks % 4 == 0) return launch<SFA, 4, 1>(p, stream);
-  return launch<SFA, 2, 1>(p, stream);
+  if (chunks % 32 == 0) return launch<SFA, 32>(p, stream);
+  if (chunks % 16 == 0) return launch<SFA, 16>(p, stream);
+  if (chunks % 8 == 0) return launch<SFA, 8>(p, stream);
+  if (chunks % 4 == 0) return launch<SFA, 4>(p, stream);
+  return launch<SFA, 2>(p, stream);
 }
 
 bool aligned(const void *ptr, int64_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
@@ -269,7 +267,7 @@ bool gemv_supported(const nvfp4_matmul &p) {
   if (!aligned(p.b.data, 16) || p.b.batch_stride % 16) return false;
   if (!aligned(p.a.sf, 4) || p.a.sf_batch_stride % 4 || (p.a.sf_layout == NVFP4_SF_LINEAR && p.a.sf_row_stride % 4))
     return false;
-  return GemvSmem(p.k, 1).total <= max_smem_optin();
+  return GemvSmem(p.k).total <= max_smem_optin();
 }
 
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream) {
