@@ -148,6 +148,35 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
   __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
   return __half22float2(*reinterpret_cast<__half2 *>(&h));
 }
+
+/* ---- fp16 decoders for the tensor-core kernels --------------------------
+ * An e2m1 code's bits dropped into an fp16 (sign -> bit 15, e1 e0 m -> bits
+ * 11..9) read value * 2^-14 exactly, subnormal 0.5 included: fp16's exponent
+ * bias is 15, e2m1's 1. One fp16 multiply by (scale * 2^7) then gives
+ * value * scale * 2^-7, exact: at most 5 significant bits, the lowest no
+ * finer than 2^-17, magnitude at most 21 (fp16 keeps 11 bits down to 2^-24).
+ * (scale * 2^7 itself is exact: 2^-2 .. 57344.) The 2^-7 keeps both operands
+ * inside fp16; a kernel multiplies its fp32 sums by 2^14 (NVFP4_TC_UNSCALE),
+ * a power of two, so the results equal the unscaled sums bit for bit. */
+#define NVFP4_TC_UNSCALE 16384.0f
+
+/* Two e4m3 bytes (low byte first) -> fp16x2 bits {s0 * 2^7, s1 * 2^7}, exact,
+ * NaN kept. */
+__device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_half2_x128(uint32_t two_bytes) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
+  uint32_t bits = (uint32_t)h.x | ((uint32_t)h.y << 16);
+  return mul_f16x2(bits, 0x58005800u); /* 128.0 in both halves */
+}
+
+/* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 4 fp16x2 of
+ * value * scale * 2^-7, where s2 = {scale * 2^7, same} (from the function
+ * above): h[p] = {code p, code p + 4}, low half first. */
+__device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
+  h[0] = mul_f16x2(((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u), s2);
+  h[1] = mul_f16x2(((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u), s2);
+  h[2] = mul_f16x2(((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u), s2);
+  h[3] = mul_f16x2(((w >> 3) & 0x0E000E00u) | (w & 0x80008000u), s2);
+}
 #endif /* __CUDACC__ */
 
 #endif /* NVFP4_NUMERICS_H */

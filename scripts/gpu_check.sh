@@ -6,6 +6,7 @@
 #   bash scripts/gpu_check.sh            # everything
 #   SANITIZE=0 bash scripts/gpu_check.sh # skip compute-sanitizer
 #   BENCH_ARGS="--problem gemv" bash scripts/gpu_check.sh
+#   PYTEST_ARGS="tests/test_tensor_cores.py -x" BENCH_GEMV=0 bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -34,7 +35,7 @@ if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exi
 echo "built in ${build_s}s"
 
 echo "== tests"
-python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -25
+timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
 test_line=$(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest.log" | tail -1)
 
 san_line="skipped"
@@ -50,10 +51,14 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
 fi
 
 echo "== benchmark"
-python3 -m benchmarks.competition --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.competition --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+if [ "${BENCH_GEMM:-1}" = 1 ]; then
+  echo "== gemm benchmark"
+  timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_gemm --json "$OUT/gemm.json" --png "$OUT/gemm.png" ${BENCH_GEMM_ARGS:-} 2>&1 | tee "$OUT/gemm.log"
+fi
 if [ "${BENCH_GEMV:-1}" = 1 ]; then
   echo "== gemv benchmark"
-  python3 -m benchmarks.bench_gemv --json "$OUT/gemv.json" --png "$OUT/gemv.png" 2>&1 | tee "$OUT/gemv.log"
+  timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_gemv --json "$OUT/gemv.json" --png "$OUT/gemv.png" 2>&1 | tee "$OUT/gemv.log"
 fi
 
 echo
@@ -64,4 +69,5 @@ echo "tests:     $test_line"
 echo "sanitizer:$san_line"
 grep -E "^ceilings" "$OUT/bench.log"
 grep -E "^(gemv|gemm|dual_gemm|group_gemm) " "$OUT/bench.log" | cut -c1-200
+[ -f "$OUT/gemm.log" ] && grep -E "competition shapes" "$OUT/gemm.log"
 [ -f "$OUT/gemv.log" ] && grep -E "^competition shapes" "$OUT/gemv.log"

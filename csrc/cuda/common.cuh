@@ -41,3 +41,31 @@ __device__ __forceinline__ float problem_alpha(const nvfp4_matmul &p) {
 __device__ __forceinline__ void store_half(uint16_t *dst, float v) {
   *reinterpret_cast<__half *>(dst) = __float2half_rn(v);
 }
+
+__host__ __device__ inline bool aligned(const void *ptr, int64_t a) { return reinterpret_cast<uintptr_t>(ptr) % a == 0; }
+
+/* The current device's properties that launches need, queried once per device
+ * (host side; at most 64 devices, id >= 64 gets zeros and no fast path). */
+struct DeviceInfo {
+  int id, sms, major, minor;
+  int64_t smem_optin;
+};
+
+inline const DeviceInfo &device_info() {
+  static DeviceInfo cache[64] = {};
+  static DeviceInfo none = {64, 0, 0, 0, 0};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64) return none;
+  DeviceInfo &d = cache[device];
+  if (!d.sms) {
+    int smem = 0;
+    cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device);
+    cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    d.smem_optin = smem;
+    d.id = device;
+    cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  return d;
+}

@@ -2,16 +2,19 @@
  * dispatch.cu - the C entry of the CUDA kernels: picks a kernel per problem
  * (device, shape, alignment) and launches it on the caller's stream.
  *
- *   N == 1, aligned, not dual -> gemv.cu (dp4a, bandwidth path)
- *   everything else           -> matmul_simt.cu (portable, any layout)
- * Grouped calls go to the SIMT kernel in launches of up to
- * NVFP4_LAUNCH_GROUPS problems.
+ *   N == 1, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
+ *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores)
+ *   everything else                    -> matmul_simt.cu (portable, any layout)
+ * Grouped calls go in launches of up to NVFP4_LAUNCH_GROUPS problems, to the
+ * tensor-core kernel when every problem of the call qualifies.
  */
 #include "common.cuh"
 
 bool gemv_supported(const nvfp4_matmul &p);
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
+bool matmul_sm90_supported(const nvfp4_matmul &p);
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
@@ -24,6 +27,7 @@ static bool valid(const nvfp4_matmul &p) {
 
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   if (gemv_supported(*p)) return "gemv_dp4a";
+  if (matmul_sm90_supported(*p)) return p->b2.data ? "wgmma_dual" : "wgmma";
   return p->b2.data ? "simt_dual" : "simt";
 }
 
@@ -38,11 +42,15 @@ extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int coun
   if (count == 1) {
     const nvfp4_matmul &p = problems[0];
     if (empty(p)) return NVFP4_OK;
-    err = gemv_supported(p) ? gemv_launch(p, stream) : matmul_simt_launch(&p, 1, stream);
+    if (gemv_supported(p)) err = gemv_launch(p, stream);
+    else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, stream);
+    else err = matmul_simt_launch(&p, 1, stream);
   } else {
+    bool tc = true;
+    for (int g = 0; g < count; g++) tc = tc && matmul_sm90_supported(problems[g]);
     for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS) {
       int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
-      err = matmul_simt_launch(problems + g, n, stream);
+      err = tc ? matmul_sm90_launch(problems + g, n, stream) : matmul_simt_launch(problems + g, n, stream);
     }
   }
   return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;

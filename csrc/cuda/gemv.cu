@@ -198,22 +198,13 @@ struct LaunchCache {
   int per_sm[64] = {};
 };
 
-int current_device(int *sms) {
-  int device = 0;
-  cudaGetDevice(&device);
-  static int sm_count[64] = {};
-  if (device < 64 && !sm_count[device]) cudaDeviceGetAttribute(&sm_count[device], cudaDevAttrMultiProcessorCount, device);
-  *sms = device < 64 ? sm_count[device] : 132;
-  return device;
-}
-
 template <int SFA, int LPR>
 cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
   auto kernel = gemv_kernel<SFA, LPR>;
   const int64_t smem_bytes = GemvSmem(p.k).total;
   static LaunchCache cache;
-  int sms = 0;
-  const int device = current_device(&sms);
+  const DeviceInfo &dev = device_info();
+  const int device = dev.id, sms = dev.sms;
   if (device >= 64) return cudaErrorInvalidDevice;
   if (cache.smem[device] < smem_bytes || !cache.per_sm[device]) {  // grow only: one kernel, many K
     const int64_t want = std::max(smem_bytes, cache.smem[device]);
@@ -250,15 +241,6 @@ cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   return launch<SFA, 2>(p, stream);
 }
 
-bool aligned(const void *ptr, int64_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
-
-int64_t max_smem_optin() {
-  int device = 0, v = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return v;
-}
-
 }  // namespace
 
 bool gemv_supported(const nvfp4_matmul &p) {
@@ -267,7 +249,7 @@ bool gemv_supported(const nvfp4_matmul &p) {
   if (!aligned(p.b.data, 16) || p.b.batch_stride % 16) return false;
   if (!aligned(p.a.sf, 4) || p.a.sf_batch_stride % 4 || (p.a.sf_layout == NVFP4_SF_LINEAR && p.a.sf_row_stride % 4))
     return false;
-  return GemvSmem(p.k).total <= max_smem_optin();
+  return GemvSmem(p.k).total <= device_info().smem_optin;
 }
 
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream) {

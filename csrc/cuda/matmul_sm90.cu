@@ -1,0 +1,346 @@
+/*
+ * matmul_sm90.cu - the Hopper tensor-core path (sm_90a): GEMM, dual GEMM and
+ * grouped GEMM on fp16 wgmma with fp32 accumulators.
+ *
+ * Roles swapped: the kernel computes C^T = B * A^T. The weights B (n x k, the
+ * large operand) are wgmma's register-sourced A operand, each thread decoding
+ * its own fragment from fp4; the activations A (m x k) are wgmma's
+ * shared-memory B operand, decoded once per CTA and K step into a fp16 tile.
+ *
+ * CTA = 256 threads = 2 warpgroups; tile = 128 weight rows (64 per
+ * warpgroup) x 128 activation rows; K step 64. Dual: warpgroup 0 takes 64
+ * rows of B1 and warpgroup 1 the same 64 rows of B2, so each A tile feeds
+ * both products.
+ *
+ * Dataflow per K step j (all 256 threads do every part):
+ *   gmem --cp.async, 4-stage ring--> smem raw: A, B fp4 rows + their scales
+ *   raw A --decode--> smem fp16 A tile, 128-byte swizzle (2 buffers)
+ *   raw B --decode--> registers: the warpgroup's 64x64 fragment (2 sets)
+ *   4 x wgmma m64n128k16, asynchronous: step j+1's loads and decodes run
+ *   while the tensor cores work on step j.
+ * Epilogue: fp32 tile -> smem -> (split-K sum) -> alpha / silu*mul -> fp16.
+ *
+ * K order. A sum may take its K terms in any order as long as both operands
+ * agree. Inside each 64-wide step the kernel uses the order that makes every
+ * thread's fragment one 8-byte read under one scale: thread t of a quad owns
+ * fp4 bytes 8t..8t+7 (values 16t..16t+15, scale block t) of its two rows.
+ * wgmma position p of k16 step s holds value e = 16t + 8h + 4j + s, where
+ * t = (p%8)/2, j = p%2, h = p/8 (nvfp4_e2m1x8_to_half2x4 pairs value i with
+ * i+4). The A tile is written in that same order.
+ *
+ * Split-K. With few tiles (M = 128: 32 to 56 of them) S CTAs of one cluster
+ * share a tile, each a contiguous K range; the partial fp32 tiles are summed
+ * through distributed shared memory in rank order: deterministic, no
+ * workspace, no extra launch.
+ *
+ * Speed of light (H200 measured: 755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
+ * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Per K step a
+ * CTA issues 2.1 MFLOP of wgmma (512 tensor cycles at peak) against ~150
+ * instructions per thread of loads and decodes: the decode fits under the
+ * MMA if the two overlap. Numbers per version: docs/PERF.md.
+ */
+#include "common.cuh"
+#include "ptx_sm90.cuh"
+
+namespace {
+
+constexpr int THREADS = 384; /* warpgroup 0 produces, 1 and 2 consume         */
+constexpr int TILE_M = 128;  /* activation rows per CTA (wgmma N)                 */
+constexpr int TILE_R = 128;  /* weight rows per CTA (2 x 64; dual: 64 of B1 + B2) */
+constexpr int KSTEP = 64;
+constexpr int STAGES = 6;    /* raw fp4 ring                                      */
+constexpr int NA16 = 3;      /* fp16 A tile ring                                  */
+constexpr int MAX_SPLIT = 8; /* portable cluster size                             */
+
+/* Shared memory, from a 1024-byte aligned base. Raw rows are 32 bytes (64
+ * fp4); chunk j of row r sits at 16 * (j ^ ((r / 4) & 1)), which keeps both
+ * the 16-byte decode reads and the 8-byte fragment reads conflict-free. */
+constexpr int A16_BYTES = TILE_M * KSTEP * 2; /* one fp16 A tile: 16 KB */
+constexpr int RAW_A = 0, RAW_B = RAW_A + TILE_M * 32, RAW_SFA = RAW_B + TILE_R * 32, RAW_SFB = RAW_SFA + TILE_M * 4;
+constexpr int STAGE_BYTES = RAW_SFB + TILE_R * 4;
+constexpr int RAW_BASE = NA16 * A16_BYTES;
+constexpr int BAR_BASE = RAW_BASE + STAGES * STAGE_BYTES; /* 8-byte mbarriers */
+constexpr int MAIN_BYTES = BAR_BASE + 8 * (2 * STAGES + 2 * NA16);
+constexpr int PART_PITCH = TILE_R + 4; /* floats per row of the epilogue's fp32 [m][r] tile */
+constexpr int PART_BYTES = TILE_M * PART_PITCH * 4;
+static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
+constexpr int SMEM_BYTES = MAIN_BYTES + 1024;
+
+template <bool DUAL>
+__global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split) {
+#if NVFP4_SM90A
+  extern __shared__ uint8_t smem_dyn[];
+  const uint32_t dyn_addr = (uint32_t)__cvta_generic_to_shared(smem_dyn);
+  uint8_t *smem = smem_dyn + ((1024 - (dyn_addr & 1023)) & 1023);
+  const uint32_t smem_addr = (uint32_t)__cvta_generic_to_shared(smem);
+  /* raw slot landed / read by the consumers; fp16 tile written / read by wgmma */
+  constexpr int BAR_FULL = 0, BAR_EMPTY = STAGES, BAR_A16_FULL = 2 * STAGES, BAR_A16_EMPTY = 2 * STAGES + NA16;
+  auto bar = [&](int i) { return smem_addr + BAR_BASE + 8 * i; };
+  auto raw_chunk = [](int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); };
+
+  const int rank = (int)(blockIdx.x % (unsigned)split);
+  int64_t tile = blockIdx.x / (unsigned)split;
+  const nvfp4_matmul &p = t.p[table_find(t, tile)];
+  constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R; /* output columns (n) per tile */
+  const int64_t tiles_m = (p.m + TILE_M - 1) / TILE_M, tiles_n = (p.n + OUT_COLS - 1) / OUT_COLS;
+  const int64_t l = tile / (tiles_m * tiles_n), in_batch = tile % (tiles_m * tiles_n);
+  const int64_t n0 = in_batch / tiles_m * OUT_COLS, m0 = in_batch % tiles_m * TILE_M;
+  const int ksteps = (int)(p.k / KSTEP);
+  const int kbeg = (int)((int64_t)ksteps * rank / split);
+  const int steps = (int)((int64_t)ksteps * (rank + 1) / split) - kbeg;
+  const int tid = threadIdx.x;
+
+  if (tid == 0) {
+    for (int i = 0; i < STAGES; i++) {
+      mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
+      mbar_init(bar(BAR_EMPTY + i), 8);   /* one per consumer warp                    */
+    }
+    for (int i = 0; i < NA16; i++) {
+      mbar_init(bar(BAR_A16_FULL + i), 128);
+      mbar_init(bar(BAR_A16_EMPTY + i), 8);
+    }
+  }
+  __syncthreads();
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; i++) acc[i] = 0.f;
+
+  if (tid < 128) {
+    /* ---- producer: loads of row tid of the A and B tiles and their scales;
+     * decode of A row tid into the fp16 tile */
+    const int r = tid;
+    const nvfp4_operand &bop = (DUAL && r >= 64) ? p.b2 : p.b;
+    const int64_t a_row = m0 + r, b_row = n0 + (DUAL ? (r & 63) : r);
+    const bool a_ok = a_row < p.m, b_ok = b_row < p.n;
+    const int64_t k_blocks = p.k / 16;
+    const uint8_t *a_src = a_ok ? p.a.data + l * p.a.batch_stride + a_row * p.a.row_stride : p.a.data;
+    const uint8_t *b_src = b_ok ? bop.data + l * bop.batch_stride + b_row * bop.row_stride : bop.data;
+    const uint8_t *sa_src =
+        a_ok ? p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, a_row, 0)
+             : p.a.sf;
+    const uint8_t *sb_src =
+        b_ok ? bop.sf + l * bop.sf_batch_stride + nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row, 0)
+             : bop.sf;
+    /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
+    const int64_t sa_step = nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, 0, 4);
+    const int64_t sb_step = nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, 0, 4);
+
+    auto load = [&](int slot, int ks) { /* step ks (absolute) into ring slot */
+      uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+      const int64_t kk = (int64_t)(kbeg + ks) * 32;
+      cp_async_16(st + RAW_A + raw_chunk(r, 0), a_src + (a_ok ? kk : 0), a_ok ? 16 : 0);
+      cp_async_16(st + RAW_A + raw_chunk(r, 1), a_src + (a_ok ? kk + 16 : 0), a_ok ? 16 : 0);
+      cp_async_16(st + RAW_B + raw_chunk(r, 0), b_src + (b_ok ? kk : 0), b_ok ? 16 : 0);
+      cp_async_16(st + RAW_B + raw_chunk(r, 1), b_src + (b_ok ? kk + 16 : 0), b_ok ? 16 : 0);
+      cp_async_4(st + RAW_SFA + r * 4, sa_src + (a_ok ? (kbeg + ks) * sa_step : 0), a_ok ? 4 : 0);
+      cp_async_4(st + RAW_SFB + r * 4, sb_src + (b_ok ? (kbeg + ks) * sb_step : 0), b_ok ? 4 : 0);
+      cp_async_mbar_arrive(bar(BAR_FULL + slot));
+    };
+    for (int j = 0; j < STAGES && j < steps; j++) load(j, j);
+
+    for (int j = 0; j < steps; j++) {
+      const int slot = j % STAGES, buf = j % NA16;
+      mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
+      if (j >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((j / NA16) - 1) & 1);
+      const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+      const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(r, 0));
+      const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(r, 1));
+      const uint32_t sf4 = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + r * 4);
+      const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sf4 & 0xFFFFu), s23 = nvfp4_e4m3x2_to_half2_x128(sf4 >> 16);
+      const uint32_t s[4] = {prmt(s01, s01, 0x1010), prmt(s01, s01, 0x3232), prmt(s23, s23, 0x1010),
+                             prmt(s23, s23, 0x3232)};
+      /* word (t, h) = fp4 bytes 8t + 4h .. 8t + 4h + 3 (scale block t); its
+       * pair i goes to k16 step i, positions 8h + 2t: chunk 2i + h, word t */
+      const uint32_t w[2][4] = {{c0.x, c0.z, c1.x, c1.z}, {c0.y, c0.w, c1.y, c1.w}};
+      uint8_t *a16 = smem + buf * A16_BYTES + r * 128;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint32_t d[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], s[q], d[q]);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          *reinterpret_cast<uint4 *>(a16 + 16 * ((2 * i + h) ^ (r & 7))) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
+      }
+      fence_proxy_async_smem();
+      mbar_arrive(bar(BAR_A16_FULL + buf));
+      /* refill the slot of step j-1 once the consumers have read it */
+      if (j >= 1 && j - 1 + STAGES < steps) {
+        const int old = (j - 1) % STAGES;
+        mbar_wait(bar(BAR_EMPTY + old), ((j - 1) / STAGES) & 1);
+        load(old, j - 1 + STAGES);
+      }
+    }
+  } else {
+    /* ---- consumers: warp w of warpgroup wg, lane (g, tq): weight rows br0, br0 + 8 */
+    const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
+    const int br0 = wg * 64 + warp * 16 + g;
+    for (int j = 0; j < steps; j++) {
+      const int slot = j % STAGES, buf = j % NA16;
+      mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
+      const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+      const uint2 v0 = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(br0, tq >> 1) + 8 * (tq & 1));
+      const uint2 v1 = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(br0 + 8, tq >> 1) + 8 * (tq & 1));
+      const uint32_t sb = (uint32_t)st[RAW_SFB + br0 * 4 + tq] | ((uint32_t)st[RAW_SFB + (br0 + 8) * 4 + tq] << 8);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
+      const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb);
+      const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
+      uint32_t h00[4], h01[4], h10[4], h11[4];
+      nvfp4_e2m1x8_to_half2x4(v0.x, s0, h00);
+      nvfp4_e2m1x8_to_half2x4(v0.y, s0, h01);
+      nvfp4_e2m1x8_to_half2x4(v1.x, s1, h10);
+      nvfp4_e2m1x8_to_half2x4(v1.y, s1, h11);
+      uint64_t desc[4];
+#pragma unroll
+      for (int s = 0; s < 4; s++) desc[s] = wgmma_desc_sw128(smem_addr + buf * A16_BYTES + 32 * s);
+      mbar_wait(bar(BAR_A16_FULL + buf), (j / NA16) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < 4; s++) { /* regs: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
+        const uint32_t f[4] = {h00[s], h10[s], h01[s], h11[s]};
+        wgmma_m64n128k16_rs(acc, f, desc[s]);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
+    }
+  }
+  __syncthreads(); /* rings drained: the epilogue reuses their memory */
+
+  /* ---- epilogue: fp32 tile [m][r] in smem; consumer acc[4b + 2rr + jj] is
+   * weight row br0 + 8rr, activation row 8b + 2tq + jj */
+  float *part = reinterpret_cast<float *>(smem);
+  if (tid >= 128) {
+    const int ct = tid - 128, br0 = (ct >> 7) * 64 + ((ct >> 5) & 3) * 16 + ((ct & 31) >> 2), tq = ct & 3;
+#pragma unroll
+    for (int b = 0; b < 16; b++)
+#pragma unroll
+      for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+          part[(8 * b + 2 * tq + jj) * PART_PITCH + br0 + 8 * rr] = acc[4 * b + 2 * rr + jj];
+  }
+  if (split > 1) cluster_sync();
+  else __syncthreads();
+
+  /* this CTA's share of the tile's rows; partials summed in rank order */
+  const int mr0 = TILE_M * rank / split, mr1 = TILE_M * (rank + 1) / split;
+  constexpr int VECS = OUT_COLS / 4;
+  const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
+  uint16_t *c = p.c + l * p.c_batch_stride;
+  const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
+  for (int idx = tid; idx < (mr1 - mr0) * VECS; idx += THREADS) {
+    const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
+    const int64_t m = m0 + mr, n = n0 + nc;
+    if (m >= p.m || n >= p.n) continue;
+    const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
+    float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
+    for (int q = 0; q < split; q++) {
+      const float4 v = ld_shared_cluster_f4(mapa_shared(addr, (uint32_t)q));
+      s1 = make_float4(s1.x + v.x, s1.y + v.y, s1.z + v.z, s1.w + v.w);
+      if (DUAL) {
+        const float4 v2 = ld_shared_cluster_f4(mapa_shared(addr + 64 * 4, (uint32_t)q));
+        s2 = make_float4(s2.x + v2.x, s2.y + v2.y, s2.z + v2.z, s2.w + v2.w);
+      }
+    }
+    float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
+    if (DUAL) {
+      o[0] = silu(o[0]) * (s2.x * scale);
+      o[1] = silu(o[1]) * (s2.y * scale);
+      o[2] = silu(o[2]) * (s2.z * scale);
+      o[3] = silu(o[3]) * (s2.w * scale);
+    }
+    uint16_t *dst = c + m * p.c_row_stride + n;
+    if (vec_ok && n + 3 < p.n) {
+      const __half2 lo = __floats2half2_rn(o[0], o[1]), hi = __floats2half2_rn(o[2], o[3]);
+      *reinterpret_cast<uint2 *>(dst) =
+          make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+    } else {
+      for (int i = 0; i < 4 && n + i < p.n; i++) store_half(dst + i, o[i]);
+    }
+  }
+  if (split > 1) cluster_sync(); /* keep this CTA's partial alive until every peer has read it */
+#else
+  (void)t;
+  (void)split;
+#endif
+}
+
+/* Cost of a split, in K steps per multiprocessor: waves times the steps of
+ * one CTA plus a fixed ~3 steps of pipeline fill and epilogue. */
+int choose_split(int64_t tiles, int64_t ksteps, int64_t slots) {
+  int best = 1;
+  double best_cost = 1e30;
+  for (int s = 1; s <= MAX_SPLIT; s *= 2) {
+    if (s > 1 && ksteps / s < 4) break;
+    const double waves = (double)((tiles * s + slots - 1) / slots);
+    const double cost = waves * ((double)((ksteps + s - 1) / s) + 3.0);
+    if (cost < best_cost * 0.97) best = s, best_cost = cost;
+  }
+  return best;
+}
+
+template <bool DUAL>
+cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStream_t stream) {
+  auto kernel = matmul_sm90_kernel<DUAL>;
+  const DeviceInfo &dev = device_info();
+  static bool configured[64] = {};
+  if (dev.id >= 64) return cudaErrorInvalidDevice;
+  if (!configured[dev.id]) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e != cudaSuccess) return e;
+    configured[dev.id] = true;
+  }
+  const int split = choose_split(tiles, ksteps, dev.sms);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(tiles * split));
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)split;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, t, split);
+}
+
+}  // namespace
+
+/* Hopper (9.0) only; K a multiple of 64; data 16-byte and scales 4-byte
+ * aligned, so every copy is one cp.async. */
+bool matmul_sm90_supported(const nvfp4_matmul &p) {
+  const DeviceInfo &dev = device_info();
+  if (dev.major != 9 || dev.minor != 0) return false;
+  if (p.k % KSTEP || p.k / KSTEP > INT32_MAX) return false;
+  auto data_ok = [](const nvfp4_operand &o) {
+    return aligned(o.data, 16) && o.row_stride % 16 == 0 && o.batch_stride % 16 == 0 && aligned(o.sf, 4) &&
+           o.sf_batch_stride % 4 == 0 && (o.sf_layout != NVFP4_SF_LINEAR || o.sf_row_stride % 4 == 0);
+  };
+  return data_ok(p.a) && data_ok(p.b) && (!p.b2.data || data_ok(p.b2));
+}
+
+/* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
+ * matmul_sm90_supported. One launch; empty problems get no tiles. */
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+  const bool dual = problems[0].b2.data != nullptr;
+  const int64_t out_cols = dual ? TILE_R / 2 : TILE_R;
+  MatmulTable t;
+  int64_t tiles = 0, ksteps = 0;
+  for (int g = 0; g < count; g++) {
+    const nvfp4_matmul &p = problems[g];
+    t.p[g] = p;
+    t.tile_start[g] = (int32_t)tiles;
+    tiles += ((p.m + TILE_M - 1) / TILE_M) * ((p.n + out_cols - 1) / out_cols) * p.batch;
+    if (p.m && p.n && p.batch && p.k / KSTEP > ksteps) ksteps = p.k / KSTEP;
+  }
+  t.tile_start[count] = (int32_t)tiles;
+  t.count = count;
+  if (tiles == 0) return cudaSuccess;
+  if (tiles * MAX_SPLIT > INT32_MAX) return cudaErrorInvalidConfiguration;
+  return dual ? launch<true>(t, tiles, ksteps, stream) : launch<false>(t, tiles, ksteps, stream);
+}

@@ -1,0 +1,113 @@
+"""The tensor-core path (csrc/cuda/matmul_sm90.cu): shapes it takes (K a multiple
+of 64, aligned operands), with tails in M and N, batches, split-K over a cluster,
+both scale layouts, dual and grouped. On a Hopper GPU each test also asserts,
+through the profiler, that the wgmma kernel ran (and not the SIMT fallback);
+elsewhere the same cases check the other paths (CPU included)."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels.testing import random_operand
+from conftest import HAS_CUDA, assert_matches
+from helpers import gemm_problem, layouts_for, poisoned, ref_gemm
+from nvfp4_kernels import reference
+
+IS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+
+# (L, M, N, K): tails in M and N (1, 7, 129, 200, 300), K from one 64-step to
+# 17 steps; (128, 256, 4096) has 2 tiles and 64 K steps: split-K over a cluster.
+SHAPES = [
+    (None, 1, 7, 64),
+    (None, 7, 129, 128),
+    (None, 129, 200, 1088),
+    (3, 200, 300, 256),
+    (None, 128, 256, 4096),
+    (2, 300, 129, 2048),
+    (None, 256, 384, 640),
+]
+
+
+def launched(fn):
+    """Run fn once under the profiler; return (result, names of the CUDA kernels it launched)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = fn()
+        torch.cuda.synchronize()
+    return out, {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def run(device, fn):
+    if device != "cuda" or not IS_HOPPER:
+        return fn()
+    out, names = launched(fn)
+    assert any("matmul_sm90_kernel" in n for n in names), f"tensor-core kernel did not run: {names}"
+    return out
+
+
+@pytest.mark.parametrize("L,m,n,k", SHAPES)
+def test_gemm(device, gen, L, m, n, k):
+    lay = layouts_for(m, n, k)
+    a, b = gemm_problem(L, m, n, k, gen, device, lay)
+    out = poisoned(((L,) if L else ()) + (m, n), device)
+    run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out))
+    assert_matches(out, ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
+
+
+@pytest.mark.parametrize("L,m,n,k", SHAPES)
+def test_dual_gemm(device, gen, L, m, n, k):
+    lay = layouts_for(m, n, k + 1)
+    a, b1 = gemm_problem(L, m, n, k, gen, device, lay)
+    b2 = random_operand(L, n, k, gen=gen, device=device, layout=lay[1])
+    out = poisoned(((L,) if L else ()) + (m, n), device)
+    run(device, lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
+    ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+    assert_matches(out, ref, f"dual_gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
+
+
+def test_gemm_alpha(device, gen):
+    a, b = gemm_problem(None, 130, 140, 512, gen, device)
+    alpha = torch.tensor([0.37], device=device)
+    out = run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, alpha=alpha))
+    assert_matches(out, ref_gemm(a, b, alpha), f"gemm alpha on {device}")
+
+
+GROUPS = [
+    [(1, 64, 64), (40, 128, 256), (384, 96, 512), (129, 200, 1088), (7, 1, 64)],
+    [(80, 4096 // 16, 7168 // 8), (176, 4096 // 16, 7168 // 8), (248, 4096 // 16, 7168 // 8)],
+    [(m, 33, 64 * (1 + m % 3)) for m in range(1, 20)],  # more groups than one launch takes
+]
+
+
+@pytest.mark.parametrize("sizes", GROUPS, ids=lambda s: f"{len(s)}groups")
+def test_group_gemm(device, gen, sizes):
+    probs = [gemm_problem(None, m, n, k, gen, device, layouts_for(m, n, k)) for m, n, k in sizes]
+    outs = [poisoned((m, n), device) for m, n, _ in sizes]
+    run(device, lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],
+                                      [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs))
+    for g, ((a, b), out) in enumerate(zip(probs, outs)):
+        assert_matches(out, ref_gemm(a, b), f"group_gemm group {g} of {sizes} on {device}")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+def test_fallbacks_on_hopper(gen):
+    """K not a multiple of 64, or a misaligned slice: the SIMT kernel, still right."""
+    a, b = gemm_problem(None, 64, 64, 48, gen, "cuda")
+    out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
+    assert not any("matmul_sm90_kernel" in n for n in names), names
+    assert_matches(out, ref_gemm(a, b), "gemm K=48 on cuda")
+    a, b = gemm_problem(None, 64, 64, 128 + 32, gen, "cuda")
+    a_data, a_sf = a.data[:, 8:72], a.sf[:, 1:9]  # K = 128 starting 8 bytes into each row
+    b_data, b_sf = b.data[:, 8:72], b.sf[:, 1:9]
+    out, names = launched(lambda: nk.gemm(a_data, b_data, a_sf, b_sf))
+    assert not any("matmul_sm90_kernel" in n for n in names), names
+    ref = reference.gemm(a_data, b_data, a_sf, b_sf)
+    assert_matches(out, ref, "gemm misaligned slice K=128 on cuda")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+def test_split_k_deterministic(gen):
+    """Split-K sums its partials in a fixed order: bitwise repeatable."""
+    a, b = gemm_problem(None, 128, 256, 4096, gen, "cuda")
+    first = nk.gemm(a.data, b.data, a.sf, b.sf)
+    for _ in range(5):
+        assert torch.equal(nk.gemm(a.data, b.data, a.sf, b.sf).view(torch.int16), first.view(torch.int16))
