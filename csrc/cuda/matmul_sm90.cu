@@ -7,18 +7,20 @@
  * its own fragment from fp4; the activations A (m x k) are wgmma's
  * shared-memory B operand, decoded once per CTA and K step into a fp16 tile.
  *
- * CTA = 256 threads = 2 warpgroups; tile = 128 weight rows (64 per
- * warpgroup) x 128 activation rows; K step 64. Dual: warpgroup 0 takes 64
- * rows of B1 and warpgroup 1 the same 64 rows of B2, so each A tile feeds
- * both products.
- *
- * Dataflow per K step j (all 256 threads do every part):
- *   gmem --cp.async, 4-stage ring--> smem raw: A, B fp4 rows + their scales
- *   raw A --decode--> smem fp16 A tile, 128-byte swizzle (2 buffers)
- *   raw B --decode--> registers: the warpgroup's 64x64 fragment (2 sets)
- *   4 x wgmma m64n128k16, asynchronous: step j+1's loads and decodes run
- *   while the tensor cores work on step j.
- * Epilogue: fp32 tile -> smem -> (split-K sum) -> alpha / silu*mul -> fp16.
+ * CTA = 384 threads = 3 warpgroups; tile = 128 weight rows x 128 activation
+ * rows; K step 64. Dual: weight rows 0-63 are B1's, 64-127 the same rows of
+ * B2, so each activation tile feeds both products.
+ *   warpgroup 0, producer (56 registers): cp.async of raw fp4 rows and scales
+ *     into a 6-slot ring (mbarrier per slot); decode of the activation rows
+ *     into a 4-slot ring of fp16 tiles (128-byte swizzle).
+ *   warpgroups 1 and 2, consumers (224 registers): K steps alternate between
+ *     them (even / odd), each taking all 128 weight rows (2 x 64 fp32
+ *     accumulators). One decodes its fragments while the other's 8
+ *     wgmma m64n128k16 run; each waits for its own wgmma before decoding again
+ *     (ptxas serializes register-sourced wgmma whose next fragments are
+ *     written while earlier ones are in flight).
+ * Epilogue: consumer 1's sums + consumer 2's -> fp32 tile in smem ->
+ *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16.
  *
  * K order. A sum may take its K terms in any order as long as both operands
  * agree. Inside each 64-wide step the kernel uses the order that makes every
@@ -26,18 +28,19 @@
  * fp4 bytes 8t..8t+7 (values 16t..16t+15, scale block t) of its two rows.
  * wgmma position p of k16 step s holds value e = 16t + 8h + 4j + s, where
  * t = (p%8)/2, j = p%2, h = p/8 (nvfp4_e2m1x8_to_half2x4 pairs value i with
- * i+4). The A tile is written in that same order.
+ * i+4). The activation tile is written in that same order.
  *
  * Split-K. With few tiles (M = 128: 32 to 56 of them) S CTAs of one cluster
  * share a tile, each a contiguous K range; the partial fp32 tiles are summed
  * through distributed shared memory in rank order: deterministic, no
- * workspace, no extra launch.
+ * workspace, no extra launch. S is chosen from the clusters that fit at once.
  *
- * Speed of light (H200 measured: 755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
+ * Speed of light (H200 measured: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
  * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Per K step a
- * CTA issues 2.1 MFLOP of wgmma (512 tensor cycles at peak) against ~150
- * instructions per thread of loads and decodes: the decode fits under the
- * MMA if the two overlap. Numbers per version: docs/PERF.md.
+ * CTA issues 2.1 MFLOP of wgmma (512 tensor cycles at peak); the decodes of
+ * 2 x 8192 fp4 values cost ~1000 of the 2048 issue slots of those cycles,
+ * and with the rest the kernel is issue-bound at ~50% of the fp16 peak
+ * (Nsight, docs/PERF.md).
  */
 #include "common.cuh"
 #include "ptx_sm90.cuh"
@@ -49,8 +52,9 @@ constexpr int TILE_M = 128;  /* activation rows per CTA (wgmma N)               
 constexpr int TILE_R = 128;  /* weight rows per CTA (2 x 64; dual: 64 of B1 + B2) */
 constexpr int KSTEP = 64;
 constexpr int STAGES = 6;    /* raw fp4 ring                                      */
-constexpr int NA16 = 3;      /* fp16 A tile ring                                  */
+constexpr int NA16 = 4;      /* fp16 A tile ring                                  */
 constexpr int MAX_SPLIT = 8; /* portable cluster size                             */
+
 
 /* Shared memory, from a 1024-byte aligned base. Raw rows are 32 bytes (64
  * fp4); chunk j of row r sits at 16 * (j ^ ((r / 4) & 1)), which keeps both
@@ -73,6 +77,8 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   const uint32_t dyn_addr = (uint32_t)__cvta_generic_to_shared(smem_dyn);
   uint8_t *smem = smem_dyn + ((1024 - (dyn_addr & 1023)) & 1023);
   const uint32_t smem_addr = (uint32_t)__cvta_generic_to_shared(smem);
+  /* setmaxnreg split of the 64K registers: 128 x 56 + 256 x 224 = 64512 */
+  constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
   /* raw slot landed / read by the consumers; fp16 tile written / read by wgmma */
   constexpr int BAR_FULL = 0, BAR_EMPTY = STAGES, BAR_A16_FULL = 2 * STAGES, BAR_A16_EMPTY = 2 * STAGES + NA16;
   auto bar = [&](int i) { return smem_addr + BAR_BASE + 8 * i; };
@@ -93,20 +99,17 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   if (tid == 0) {
     for (int i = 0; i < STAGES; i++) {
       mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
-      mbar_init(bar(BAR_EMPTY + i), 8);   /* one per consumer warp                    */
+      mbar_init(bar(BAR_EMPTY + i), 4);   /* one per warp of the consuming warpgroup  */
     }
     for (int i = 0; i < NA16; i++) {
       mbar_init(bar(BAR_A16_FULL + i), 128);
-      mbar_init(bar(BAR_A16_EMPTY + i), 8);
+      mbar_init(bar(BAR_A16_EMPTY + i), 4);
     }
   }
   __syncthreads();
 
-  float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; i++) acc[i] = 0.f;
-
   if (tid < 128) {
+    setmaxnreg_dec<PRODUCER_REGS>();
     /* ---- producer: loads of row tid of the A and B tiles and their scales;
      * decode of A row tid into the fp16 tile */
     const int r = tid;
@@ -173,59 +176,91 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       }
     }
   } else {
-    /* ---- consumers: warp w of warpgroup wg, lane (g, tq): weight rows br0, br0 + 8 */
+    /* ---- consumers: warpgroup wg takes the K steps j = wg (mod 2), all 128
+     * weight rows, so the two alternate on the tensor cores: one decodes its
+     * next fragments while the other's wgmma run. Warp w, lane (g, tq): rows
+     * 64 hf + 16 w + g (+ 8) of half hf. */
+    setmaxnreg_inc<CONSUMER_REGS>();
     const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
-    const int br0 = wg * 64 + warp * 16 + g;
-    for (int j = 0; j < steps; j++) {
+    float acc[2][64]; /* [half of the weight rows][wgmma accumulator] */
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[0][i] = acc[1][i] = 0.f;
+    for (int j = wg; j < steps; j += 2) {
       const int slot = j % STAGES, buf = j % NA16;
       mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
       const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-      const uint2 v0 = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(br0, tq >> 1) + 8 * (tq & 1));
-      const uint2 v1 = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(br0 + 8, tq >> 1) + 8 * (tq & 1));
-      const uint32_t sb = (uint32_t)st[RAW_SFB + br0 * 4 + tq] | ((uint32_t)st[RAW_SFB + (br0 + 8) * 4 + tq] << 8);
+      uint2 v[2][2];
+      uint32_t sb[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; hf++) {
+        const int r0 = hf * 64 + warp * 16 + g;
+        v[hf][0] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0, tq >> 1) + 8 * (tq & 1));
+        v[hf][1] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0 + 8, tq >> 1) + 8 * (tq & 1));
+        sb[hf] = (uint32_t)st[RAW_SFB + r0 * 4 + tq] | ((uint32_t)st[RAW_SFB + (r0 + 8) * 4 + tq] << 8);
+      }
       __syncwarp();
       if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
-      const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb);
-      const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
-      uint32_t h00[4], h01[4], h10[4], h11[4];
-      nvfp4_e2m1x8_to_half2x4(v0.x, s0, h00);
-      nvfp4_e2m1x8_to_half2x4(v0.y, s0, h01);
-      nvfp4_e2m1x8_to_half2x4(v1.x, s1, h10);
-      nvfp4_e2m1x8_to_half2x4(v1.y, s1, h11);
+      uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
+#pragma unroll
+      for (int hf = 0; hf < 2; hf++) {
+        const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb[hf]);
+        const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
+        uint32_t h00[4], h01[4], h10[4], h11[4];
+        nvfp4_e2m1x8_to_half2x4(v[hf][0].x, s0, h00);
+        nvfp4_e2m1x8_to_half2x4(v[hf][0].y, s0, h01);
+        nvfp4_e2m1x8_to_half2x4(v[hf][1].x, s1, h10);
+        nvfp4_e2m1x8_to_half2x4(v[hf][1].y, s1, h11);
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+          f[hf][s][0] = h00[s];
+          f[hf][s][1] = h10[s];
+          f[hf][s][2] = h01[s];
+          f[hf][s][3] = h11[s];
+        }
+      }
       uint64_t desc[4];
 #pragma unroll
       for (int s = 0; s < 4; s++) desc[s] = wgmma_desc_sw128(smem_addr + buf * A16_BYTES + 32 * s);
       mbar_wait(bar(BAR_A16_FULL + buf), (j / NA16) & 1);
       wgmma_fence();
 #pragma unroll
-      for (int s = 0; s < 4; s++) { /* regs: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
-        const uint32_t f[4] = {h00[s], h10[s], h01[s], h11[s]};
-        wgmma_m64n128k16_rs(acc, f, desc[s]);
-      }
+      for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+        for (int s = 0; s < 4; s++) wgmma_m64n128k16_rs(acc[hf], f[hf][s], desc[s]);
       wgmma_commit();
       wgmma_wait<0>();
       if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
     }
+    /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
+     * (all consumed: the producer has no copy or store left in flight).
+     * acc[hf][4b + 2rr + jj] is weight row 64 hf + 16 warp + g + 8 rr,
+     * activation row 8b + 2tq + jj. Warpgroup 1 writes, then 2 adds: a fixed
+     * order. */
+    float *part = reinterpret_cast<float *>(smem);
+    named_barrier_sync(1, 256);
+#pragma unroll
+    for (int pass = 0; pass < 2; pass++) {
+      if (wg == pass) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+          for (int b = 0; b < 16; b++)
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+              for (int jj = 0; jj < 2; jj++) {
+                float &dst = part[(8 * b + 2 * tq + jj) * PART_PITCH + hf * 64 + warp * 16 + g + 8 * rr];
+                dst = pass ? dst + acc[hf][4 * b + 2 * rr + jj] : acc[hf][4 * b + 2 * rr + jj];
+              }
+      }
+      named_barrier_sync(1, 256);
+    }
   }
-  __syncthreads(); /* rings drained: the epilogue reuses their memory */
 
-  /* ---- epilogue: fp32 tile [m][r] in smem; consumer acc[4b + 2rr + jj] is
-   * weight row br0 + 8rr, activation row 8b + 2tq + jj */
-  float *part = reinterpret_cast<float *>(smem);
-  if (tid >= 128) {
-    const int ct = tid - 128, br0 = (ct >> 7) * 64 + ((ct >> 5) & 3) * 16 + ((ct & 31) >> 2), tq = ct & 3;
-#pragma unroll
-    for (int b = 0; b < 16; b++)
-#pragma unroll
-      for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-        for (int jj = 0; jj < 2; jj++)
-          part[(8 * b + 2 * tq + jj) * PART_PITCH + br0 + 8 * rr] = acc[4 * b + 2 * rr + jj];
-  }
-  if (split > 1) cluster_sync();
+  if (split > 1) cluster_sync(); /* every CTA's partial tile complete */
   else __syncthreads();
 
-  /* this CTA's share of the tile's rows; partials summed in rank order */
+  /* ---- epilogue, second half: this CTA's share of the tile's rows; partials summed in rank order */
   const int mr0 = TILE_M * rank / split, mr1 = TILE_M * (rank + 1) / split;
   constexpr int VECS = OUT_COLS / 4;
   const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
@@ -268,14 +303,44 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 #endif
 }
 
-/* Cost of a split, in K steps per multiprocessor: waves times the steps of
- * one CTA plus a fixed ~3 steps of pipeline fill and epilogue. */
-int choose_split(int64_t tiles, int64_t ksteps, int64_t slots) {
+/* Clusters of `split` CTAs that fit on the device at once (a cluster must sit
+ * in one GPC: on an H200, 30 clusters of 4 but 66 of 2), per device. */
+template <bool DUAL>
+int max_clusters(int split, const DeviceInfo &dev) {
+  static int cache[64][MAX_SPLIT + 1] = {};
+  int &n = cache[dev.id][split];
+  if (!n) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(split * dev.sms));
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = SMEM_BYTES;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)split;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL>, &cfg) != cudaSuccess || n < 1) {
+      cudaGetLastError(); /* clear it: the split is then simply not chosen */
+      n = -1;
+    }
+  }
+  return n;
+}
+
+/* The split of K: the cost, in K steps of one CTA, is the waves of clusters
+ * that the tiles need times the steps per CTA, plus ~3 steps of pipeline fill
+ * and epilogue per wave. Ties go to the smaller split. */
+template <bool DUAL>
+int choose_split(int64_t tiles, int64_t ksteps, const DeviceInfo &dev) {
   int best = 1;
   double best_cost = 1e30;
-  for (int s = 1; s <= MAX_SPLIT; s *= 2) {
+  for (int s = 1; s <= MAX_SPLIT; s++) {
     if (s > 1 && ksteps / s < 4) break;
-    const double waves = (double)((tiles * s + slots - 1) / slots);
+    const int fit = max_clusters<DUAL>(s, dev);
+    if (fit < 1) continue;
+    const double waves = (double)((tiles + fit - 1) / fit);
     const double cost = waves * ((double)((ksteps + s - 1) / s) + 3.0);
     if (cost < best_cost * 0.97) best = s, best_cost = cost;
   }
@@ -293,7 +358,7 @@ cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStre
     if (e != cudaSuccess) return e;
     configured[dev.id] = true;
   }
-  const int split = choose_split(tiles, ksteps, dev.sms);
+  const int split = choose_split<DUAL>(tiles, ksteps, dev);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)(tiles * split));
   cfg.blockDim = dim3(THREADS);

@@ -66,6 +66,11 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
+/* Barrier `id` (1..15; 0 is __syncthreads) among `count` threads, whole warps. */
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 /* ---- clusters ----------------------------------------------------------- */
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;
@@ -125,6 +130,19 @@ __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
  * the barrier's count already includes it. */
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t addr) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(addr) : "memory");
+}
+
+
+/* Re-split the register file between warpgroups (sm_90a): the calling
+ * warpgroup's per-thread limit becomes N. Needs a register cap at entry
+ * (__launch_bounds__(threads, 1)). */
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
 }
 
 #endif /* NVFP4_SM90A */
