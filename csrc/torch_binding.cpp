@@ -191,6 +191,9 @@ const char *status_text(nvfp4_status s) {
 
 void run_cpu(const std::string &op, const nvfp4_matmul &p) {
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
+#ifdef NVFP4_NO_CPU
+  TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
+#else
   std::atomic<int> status{NVFP4_OK};
   // Split the larger of M and N over torch's thread pool.
   const bool split_m = p.m >= p.n || p.m >= 4 * at::get_num_threads();
@@ -200,6 +203,7 @@ void run_cpu(const std::string &op, const nvfp4_matmul &p) {
     if (s != NVFP4_OK) status = s;
   });
   TORCH_CHECK(status == NVFP4_OK, op, ": CPU kernel failed: ", status_text((nvfp4_status)status.load()));
+#endif
 }
 
 void run(const std::string &op, std::vector<Problem> &problems) {
@@ -310,7 +314,16 @@ std::vector<Tensor> group_gemm(const at::TensorList as, const at::TensorList bs,
 
 }  // namespace
 
-TORCH_LIBRARY(nvfp4, m) {
+/* The op namespace: nvfp4, or another name for a bundle built beside an
+ * installed package (python -m nvfp4_kernels.bundle). The extra macro layer
+ * expands NVFP4_OP_NAMESPACE before torch pastes it into identifiers. */
+#ifndef NVFP4_OP_NAMESPACE
+#define NVFP4_OP_NAMESPACE nvfp4
+#endif
+#define NVFP4_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define NVFP4_LIBRARY_IMPL(ns, k, m) TORCH_LIBRARY_IMPL(ns, k, m)
+
+NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("gemv(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha=None) -> Tensor");
   m.def("gemv_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha, Tensor(a!) out) -> ()");
   m.def("gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha=None) -> Tensor");
@@ -331,8 +344,8 @@ TORCH_LIBRARY(nvfp4, m) {
   m.impl("group_gemm", &group_gemm);          \
   m.impl("group_gemm_out", &group_gemm_out);
 
-TORCH_LIBRARY_IMPL(nvfp4, CPU, m) { NVFP4_IMPLS(m) }
-TORCH_LIBRARY_IMPL(nvfp4, CUDA, m) { NVFP4_IMPLS(m) }
+NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
+NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }
 
 /* An importable module whose loading runs the registrations above. */
 extern "C" PyObject *PyInit__C(void) {
