@@ -7,19 +7,20 @@
  * its own fragment from fp4; the activations A (m x k) are wgmma's
  * shared-memory B operand, decoded once per CTA and K step into a fp16 tile.
  *
- * CTA = 384 threads = 3 warpgroups; tile = 128 weight rows x 128 activation
- * rows; K step 64. Dual: weight rows 0-63 are B1's, 64-127 the same rows of
+ * CTA = 384 threads = 3 warpgroups; tile = 256 weight rows x 128 activation
+ * rows; K step 64. Dual: weight rows 0-127 are B1's, 128-255 the same rows of
  * B2, so each activation tile feeds both products.
  *   warpgroup 0, producer (56 registers): cp.async of raw fp4 rows and scales
  *     into a 6-slot ring (mbarrier per slot); decode of the activation rows
  *     into a 4-slot ring of fp16 tiles (128-byte swizzle).
- *   warpgroups 1 and 2, consumers (224 registers): K steps alternate between
- *     them (even / odd), each taking all 128 weight rows (2 x 64 fp32
- *     accumulators). One decodes its fragments while the other's 8
- *     wgmma m64n128k16 run; each waits for its own wgmma before decoding again
- *     (ptxas serializes register-sourced wgmma whose next fragments are
- *     written while earlier ones are in flight).
- * Epilogue: consumer 1's sums + consumer 2's -> fp32 tile in smem ->
+ *   warpgroups 1 and 2, consumers (224 registers): 128 weight rows each
+ *     (2 x 64 fp32 accumulators of 64 x 128), every K step. They take turns
+ *     on the tensor cores (named barriers order their wgmma issue): one
+ *     decodes its next fragments while the other's 8 wgmma m64n128k16 run.
+ *     Each waits for its own wgmma before decoding again: ptxas serializes
+ *     register-sourced wgmma whose next fragments are written while earlier
+ *     ones are in flight.
+ * Epilogue: both consumers' sums -> fp32 tile in smem ->
  *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16.
  *
  * K order. A sum may take its K terms in any order as long as both operands
@@ -30,17 +31,18 @@
  * t = (p%8)/2, j = p%2, h = p/8 (nvfp4_e2m1x8_to_half2x4 pairs value i with
  * i+4). The activation tile is written in that same order.
  *
- * Split-K. With few tiles (M = 128: 32 to 56 of them) S CTAs of one cluster
+ * Split-K. With few tiles (M = 128: 16 to 28 of them) S CTAs of one cluster
  * share a tile, each a contiguous K range; the partial fp32 tiles are summed
  * through distributed shared memory in rank order: deterministic, no
  * workspace, no extra launch. S is chosen from the clusters that fit at once.
  *
  * Speed of light (H200 measured: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
- * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Per K step a
- * CTA issues 2.1 MFLOP of wgmma (512 tensor cycles at peak); the decodes of
- * 2 x 8192 fp4 values cost ~1000 of the 2048 issue slots of those cycles,
- * and with the rest the kernel is issue-bound at ~50% of the fp16 peak
- * (Nsight, docs/PERF.md).
+ * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Issue slots
+ * are the limit: per K step a 256 x 128 tile is 4.2 MFLOP of wgmma (1024
+ * tensor cycles at peak, 4096 issue slots) against the decode of 128 x 64
+ * activation and 256 x 64 weight values (~17 instructions per 8) and the
+ * loop's loads, barriers and addressing. The 128 x 128 tile of the previous
+ * version needed ~115% of its slots (Nsight: 50% of peak); this one ~80%.
  */
 #include "common.cuh"
 #include "ptx_sm90.cuh"
@@ -49,7 +51,7 @@ namespace {
 
 constexpr int THREADS = 384; /* warpgroup 0 produces, 1 and 2 consume         */
 constexpr int TILE_M = 128;  /* activation rows per CTA (wgmma N)                 */
-constexpr int TILE_R = 128;  /* weight rows per CTA (2 x 64; dual: 64 of B1 + B2) */
+constexpr int TILE_R = 256;  /* weight rows per CTA (2 x 128; dual: 128 of B1 + B2) */
 constexpr int KSTEP = 64;
 constexpr int STAGES = 6;    /* raw fp4 ring                                      */
 constexpr int NA16 = 4;      /* fp16 A tile ring                                  */
@@ -99,11 +101,11 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   if (tid == 0) {
     for (int i = 0; i < STAGES; i++) {
       mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
-      mbar_init(bar(BAR_EMPTY + i), 4);   /* one per warp of the consuming warpgroup  */
+      mbar_init(bar(BAR_EMPTY + i), 8);   /* one per consumer warp                    */
     }
     for (int i = 0; i < NA16; i++) {
       mbar_init(bar(BAR_A16_FULL + i), 128);
-      mbar_init(bar(BAR_A16_EMPTY + i), 4);
+      mbar_init(bar(BAR_A16_EMPTY + i), 8);
     }
   }
   __syncthreads();
@@ -113,31 +115,45 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
     /* ---- producer: loads of row tid of the A and B tiles and their scales;
      * decode of A row tid into the fp16 tile */
     const int r = tid;
-    const nvfp4_operand &bop = (DUAL && r >= 64) ? p.b2 : p.b;
-    const int64_t a_row = m0 + r, b_row = n0 + (DUAL ? (r & 63) : r);
-    const bool a_ok = a_row < p.m, b_ok = b_row < p.n;
     const int64_t k_blocks = p.k / 16;
+    const int64_t a_row = m0 + r;
+    const bool a_ok = a_row < p.m;
     const uint8_t *a_src = a_ok ? p.a.data + l * p.a.batch_stride + a_row * p.a.row_stride : p.a.data;
-    const uint8_t *b_src = b_ok ? bop.data + l * bop.batch_stride + b_row * bop.row_stride : bop.data;
     const uint8_t *sa_src =
         a_ok ? p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, a_row, 0)
              : p.a.sf;
-    const uint8_t *sb_src =
-        b_ok ? bop.sf + l * bop.sf_batch_stride + nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row, 0)
-             : bop.sf;
     /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
     const int64_t sa_step = nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, 0, 4);
-    const int64_t sb_step = nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, 0, 4);
+    /* weight rows r and r + 128 of the tile: B rows n0 + r, n0 + 128 + r; dual:
+     * row n0 + r of B1 and of B2 */
+    const uint8_t *b_src[2], *sb_src[2];
+    int64_t sb_step[2];
+    bool b_ok[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const nvfp4_operand &bop = (DUAL && i) ? p.b2 : p.b;
+      const int64_t b_row = n0 + r + (DUAL ? 0 : 128 * i);
+      b_ok[i] = b_row < p.n;
+      b_src[i] = b_ok[i] ? bop.data + l * bop.batch_stride + b_row * bop.row_stride : bop.data;
+      sb_src[i] = b_ok[i] ? bop.sf + l * bop.sf_batch_stride +
+                                nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row, 0)
+                          : bop.sf;
+      sb_step[i] = nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, 0, 4);
+    }
 
-    auto load = [&](int slot, int ks) { /* step ks (absolute) into ring slot */
+    auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
       uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
       const int64_t kk = (int64_t)(kbeg + ks) * 32;
       cp_async_16(st + RAW_A + raw_chunk(r, 0), a_src + (a_ok ? kk : 0), a_ok ? 16 : 0);
       cp_async_16(st + RAW_A + raw_chunk(r, 1), a_src + (a_ok ? kk + 16 : 0), a_ok ? 16 : 0);
-      cp_async_16(st + RAW_B + raw_chunk(r, 0), b_src + (b_ok ? kk : 0), b_ok ? 16 : 0);
-      cp_async_16(st + RAW_B + raw_chunk(r, 1), b_src + (b_ok ? kk + 16 : 0), b_ok ? 16 : 0);
       cp_async_4(st + RAW_SFA + r * 4, sa_src + (a_ok ? (kbeg + ks) * sa_step : 0), a_ok ? 4 : 0);
-      cp_async_4(st + RAW_SFB + r * 4, sb_src + (b_ok ? (kbeg + ks) * sb_step : 0), b_ok ? 4 : 0);
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const int br = r + 128 * i;
+        cp_async_16(st + RAW_B + raw_chunk(br, 0), b_src[i] + (b_ok[i] ? kk : 0), b_ok[i] ? 16 : 0);
+        cp_async_16(st + RAW_B + raw_chunk(br, 1), b_src[i] + (b_ok[i] ? kk + 16 : 0), b_ok[i] ? 16 : 0);
+        cp_async_4(st + RAW_SFB + br * 4, sb_src[i] + (b_ok[i] ? (kbeg + ks) * sb_step[i] : 0), b_ok[i] ? 4 : 0);
+      }
       cp_async_mbar_arrive(bar(BAR_FULL + slot));
     };
     for (int j = 0; j < STAGES && j < steps; j++) load(j, j);
@@ -176,16 +192,17 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       }
     }
   } else {
-    /* ---- consumers: warpgroup wg takes the K steps j = wg (mod 2), all 128
-     * weight rows, so the two alternate on the tensor cores: one decodes its
-     * next fragments while the other's wgmma run. Warp w, lane (g, tq): rows
-     * 64 hf + 16 w + g (+ 8) of half hf. */
+    /* ---- consumers: warpgroup wg takes weight rows 128 wg .. 128 wg + 127
+     * (two halves of 64) over every K step. The two take turns on the tensor
+     * cores (named barriers 2 and 3 order their wgmma issue): one decodes its
+     * next fragments while the other's 8 wgmma run. Warp w, lane (g, tq):
+     * rows 128 wg + 64 hf + 16 w + g (+ 8). */
     setmaxnreg_inc<CONSUMER_REGS>();
     const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
-    float acc[2][64]; /* [half of the weight rows][wgmma accumulator] */
+    float acc[2][64]; /* [half of the warpgroup's rows][wgmma accumulator] */
 #pragma unroll
     for (int i = 0; i < 64; i++) acc[0][i] = acc[1][i] = 0.f;
-    for (int j = wg; j < steps; j += 2) {
+    for (int j = 0; j < steps; j++) {
       const int slot = j % STAGES, buf = j % NA16;
       mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
       const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
@@ -193,7 +210,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       uint32_t sb[2];
 #pragma unroll
       for (int hf = 0; hf < 2; hf++) {
-        const int r0 = hf * 64 + warp * 16 + g;
+        const int r0 = wg * 128 + hf * 64 + warp * 16 + g;
         v[hf][0] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0, tq >> 1) + 8 * (tq & 1));
         v[hf][1] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0 + 8, tq >> 1) + 8 * (tq & 1));
         sb[hf] = (uint32_t)st[RAW_SFB + r0 * 4 + tq] | ((uint32_t)st[RAW_SFB + (r0 + 8) * 4 + tq] << 8);
@@ -222,39 +239,36 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 #pragma unroll
       for (int s = 0; s < 4; s++) desc[s] = wgmma_desc_sw128(smem_addr + buf * A16_BYTES + 32 * s);
       mbar_wait(bar(BAR_A16_FULL + buf), (j / NA16) & 1);
+      /* turn order: warpgroup 0 issues step j after 1 issued step j-1, 1 after 0 issued j */
+      if (wg == 1) named_barrier_sync(2, 256);
+      else if (j > 0) named_barrier_sync(3, 256);
       wgmma_fence();
 #pragma unroll
       for (int hf = 0; hf < 2; hf++)
 #pragma unroll
         for (int s = 0; s < 4; s++) wgmma_m64n128k16_rs(acc[hf], f[hf][s], desc[s]);
       wgmma_commit();
+      if (wg == 0) named_barrier_arrive(2, 256);
+      else if (j + 1 < steps) named_barrier_arrive(3, 256);
       wgmma_wait<0>();
       if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
     }
     /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
      * (all consumed: the producer has no copy or store left in flight).
-     * acc[hf][4b + 2rr + jj] is weight row 64 hf + 16 warp + g + 8 rr,
-     * activation row 8b + 2tq + jj. Warpgroup 1 writes, then 2 adds: a fixed
-     * order. */
+     * acc[hf][4b + 2rr + jj] is weight row 128 wg + 64 hf + 16 warp + g + 8 rr,
+     * activation row 8b + 2tq + jj. */
     float *part = reinterpret_cast<float *>(smem);
     named_barrier_sync(1, 256);
 #pragma unroll
-    for (int pass = 0; pass < 2; pass++) {
-      if (wg == pass) {
+    for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++)
+      for (int b = 0; b < 16; b++)
 #pragma unroll
-          for (int b = 0; b < 16; b++)
+        for (int rr = 0; rr < 2; rr++)
 #pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-              for (int jj = 0; jj < 2; jj++) {
-                float &dst = part[(8 * b + 2 * tq + jj) * PART_PITCH + hf * 64 + warp * 16 + g + 8 * rr];
-                dst = pass ? dst + acc[hf][4 * b + 2 * rr + jj] : acc[hf][4 * b + 2 * rr + jj];
-              }
-      }
-      named_barrier_sync(1, 256);
-    }
+          for (int jj = 0; jj < 2; jj++)
+            part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
+                acc[hf][4 * b + 2 * rr + jj];
   }
 
   if (split > 1) cluster_sync(); /* every CTA's partial tile complete */
@@ -276,7 +290,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       const float4 v = ld_shared_cluster_f4(mapa_shared(addr, (uint32_t)q));
       s1 = make_float4(s1.x + v.x, s1.y + v.y, s1.z + v.z, s1.w + v.w);
       if (DUAL) {
-        const float4 v2 = ld_shared_cluster_f4(mapa_shared(addr + 64 * 4, (uint32_t)q));
+        const float4 v2 = ld_shared_cluster_f4(mapa_shared(addr + OUT_COLS * 4, (uint32_t)q));
         s2 = make_float4(s2.x + v2.x, s2.y + v2.y, s2.z + v2.z, s2.w + v2.w);
       }
     }
