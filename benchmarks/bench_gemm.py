@@ -142,13 +142,32 @@ def plot(rows, ceil, path):
     print(f"wrote {path}")
 
 
+def k_sweep(m=128, n=7168, ks=(256, 512, 1024, 2048, 4096, 8192)):
+    """Time against K at fixed M, N: the intercept is the fixed cost of a call
+    (launch, pipeline fill, epilogue), the slope the cost per K step."""
+    flush = L2Flush()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    print(f"K sweep at M={m} N={n}:")
+    for k in ks:
+        args = []
+        for _ in range(4):
+            a = random_operand(None, m, k, gen=gen, device="cuda", layout="blocked")
+            b = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
+            args.append((a.data, b.data, a.sf, b.sf, torch.empty(m, n, dtype=torch.float16, device="cuda")))
+        t = cuda_time(lambda a, b, sa, sb, o: nk.gemm(a, b, sa, sb, out=o), args, flush=flush, reps=50)
+        print(f"  K={k:>6} {t * 1e6:8.2f} us  {2 * m * n * k / t / 1e12:6.1f} TFLOP/s", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--op", nargs="*", default=["gemm", "dual"], choices=["gemm", "dual"])
     ap.add_argument("--quick", action="store_true", help="competition shapes only")
     ap.add_argument("--json")
     ap.add_argument("--png")
+    ap.add_argument("--k-sweep", action="store_true", help="only: time against K at M=128, N=7168")
     args = ap.parse_args(argv)
+    if args.k_sweep:
+        return k_sweep()
     run(args.op, args.quick, args.json, args.png)
 
 

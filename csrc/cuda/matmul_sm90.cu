@@ -72,6 +72,22 @@ constexpr int PART_BYTES = TILE_M * PART_PITCH * 4;
 static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
 constexpr int SMEM_BYTES = MAIN_BYTES + 1024;
 
+#if NVFP4_SM90A
+/* Sum of the float4 at `addr` in CTAs 0..split-1 of the cluster, in rank
+ * order; all loads issued before the first add. */
+__device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
+  float4 v[MAX_SPLIT];
+#pragma unroll
+  for (int q = 0; q < MAX_SPLIT; q++)
+    if (q < split) v[q] = ld_shared_cluster_f4(mapa_shared(addr, (uint32_t)q));
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int q = 0; q < MAX_SPLIT; q++)
+    if (q < split) s = make_float4(s.x + v[q].x, s.y + v[q].y, s.z + v[q].z, s.w + v[q].w);
+  return s;
+}
+#endif
+
 template <bool DUAL>
 __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split) {
 #if NVFP4_SM90A
@@ -191,6 +207,10 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
         load(old, j - 1 + STAGES);
       }
     }
+    if (split > 1) { /* the consumers' two cluster barriers of the epilogue */
+      cluster_sync();
+      cluster_sync();
+    }
   } else {
     /* ---- consumers: warpgroup wg takes weight rows 128 wg .. 128 wg + 127
      * (two halves of 64) over every K step. The two take turns on the tensor
@@ -269,48 +289,48 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
           for (int jj = 0; jj < 2; jj++)
             part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
                 acc[hf][4 * b + 2 * rr + jj];
-  }
+    if (split > 1) cluster_sync(); /* every CTA's partial tile complete */
+    else named_barrier_sync(1, 256);
 
-  if (split > 1) cluster_sync(); /* every CTA's partial tile complete */
-  else __syncthreads();
-
-  /* ---- epilogue, second half: this CTA's share of the tile's rows; partials summed in rank order */
-  const int mr0 = TILE_M * rank / split, mr1 = TILE_M * (rank + 1) / split;
-  constexpr int VECS = OUT_COLS / 4;
-  const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
-  uint16_t *c = p.c + l * p.c_batch_stride;
-  const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
-  for (int idx = tid; idx < (mr1 - mr0) * VECS; idx += THREADS) {
-    const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
-    const int64_t m = m0 + mr, n = n0 + nc;
-    if (m >= p.m || n >= p.n) continue;
-    const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
-    float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
-    for (int q = 0; q < split; q++) {
-      const float4 v = ld_shared_cluster_f4(mapa_shared(addr, (uint32_t)q));
-      s1 = make_float4(s1.x + v.x, s1.y + v.y, s1.z + v.z, s1.w + v.w);
+    /* ---- epilogue, second half (consumers: the producer's registers are
+     * few): this CTA's share of the tile's rows, partials summed in rank order */
+    const int mr0 = TILE_M * rank / split, mr1 = TILE_M * (rank + 1) / split;
+    constexpr int VECS = OUT_COLS / 4;
+    const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
+    uint16_t *c = p.c + l * p.c_batch_stride;
+    const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
+    /* all of a thread's loads are issued before the sums */
+    for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
+      const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
+      const int64_t m = m0 + mr, n = n0 + nc;
+      if (m >= p.m || n >= p.n) continue;
+      float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
+      if (split == 1) {
+        s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
+        if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
+      } else {
+        const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
+        s1 = sum_partials(addr, split);
+        if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
+      }
+      float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
       if (DUAL) {
-        const float4 v2 = ld_shared_cluster_f4(mapa_shared(addr + OUT_COLS * 4, (uint32_t)q));
-        s2 = make_float4(s2.x + v2.x, s2.y + v2.y, s2.z + v2.z, s2.w + v2.w);
+        o[0] = silu(o[0]) * (s2.x * scale);
+        o[1] = silu(o[1]) * (s2.y * scale);
+        o[2] = silu(o[2]) * (s2.z * scale);
+        o[3] = silu(o[3]) * (s2.w * scale);
+      }
+      uint16_t *dst = c + m * p.c_row_stride + n;
+      if (vec_ok && n + 3 < p.n) {
+        const __half2 lo = __floats2half2_rn(o[0], o[1]), hi = __floats2half2_rn(o[2], o[3]);
+        *reinterpret_cast<uint2 *>(dst) =
+            make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+      } else {
+        for (int i = 0; i < 4 && n + i < p.n; i++) store_half(dst + i, o[i]);
       }
     }
-    float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
-    if (DUAL) {
-      o[0] = silu(o[0]) * (s2.x * scale);
-      o[1] = silu(o[1]) * (s2.y * scale);
-      o[2] = silu(o[2]) * (s2.z * scale);
-      o[3] = silu(o[3]) * (s2.w * scale);
-    }
-    uint16_t *dst = c + m * p.c_row_stride + n;
-    if (vec_ok && n + 3 < p.n) {
-      const __half2 lo = __floats2half2_rn(o[0], o[1]), hi = __floats2half2_rn(o[2], o[3]);
-      *reinterpret_cast<uint2 *>(dst) =
-          make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
-    } else {
-      for (int i = 0; i < 4 && n + i < p.n; i++) store_half(dst + i, o[i]);
-    }
+    if (split > 1) cluster_sync(); /* keep this CTA's partial alive until every peer has read it */
   }
-  if (split > 1) cluster_sync(); /* keep this CTA's partial alive until every peer has read it */
 #else
   (void)t;
   (void)split;
