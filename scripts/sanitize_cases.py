@@ -18,7 +18,10 @@ def main():
         o, r = out.double().cpu(), ref.double().cpu()
         return bool(((o - r).abs() <= 1e-3 + 1e-3 * r.abs()).all())
 
-    for L, m, n, k, lay in [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear")]:
+    # the last three take the Hopper tensor-core kernel there (K % 64 == 0); (128, 256, 2048): split-K
+    cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
+             (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked")]
+    for L, m, n, k, lay in cases:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
         b2 = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
@@ -30,10 +33,13 @@ def main():
             bad += not close(nk.gemv(a.data, v.data, a.sf, v.sf), reference.gemv(a.data, v.data, a.sf, v.sf))
     probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
              for m, n, k in [(1, 7, 16), (129, 3, 48), (40, 129, 256)]]
-    outs = nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs], [a.sf for a, _ in probs],
-                         [b.sf for _, b in probs])
-    for (a, b), out in zip(probs, outs):
-        bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
+    tc_probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
+                for m, n, k in [(1, 7, 64), (129, 300, 128), (40, 129, 256)]]  # all K % 64 == 0: one wgmma launch
+    for group in (probs, tc_probs):
+        outs = nk.group_gemm([a.data for a, _ in group], [b.data for _, b in group], [a.sf for a, _ in group],
+                             [b.sf for _, b in group])
+        for (a, b), out in zip(group, outs):
+            bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
     torch.cuda.synchronize()
     print(f"sanitize cases: {bad} wrong results")
     raise SystemExit(1 if bad else 0)
