@@ -207,9 +207,14 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
         load(old, j - 1 + STAGES);
       }
     }
-    if (split > 1) { /* the consumers' two cluster barriers of the epilogue */
+    /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
+     * the partial tile is written (and with split-K: (C) it has been read) */
+    named_barrier_sync(0, THREADS);
+    if (split > 1) {
       cluster_sync();
       cluster_sync();
+    } else {
+      named_barrier_sync(0, THREADS);
     }
   } else {
     /* ---- consumers: warpgroup wg takes weight rows 128 wg .. 128 wg + 127
@@ -274,11 +279,12 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
     }
     /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
-     * (all consumed: the producer has no copy or store left in flight).
+     * (after barrier A of all 384 threads: every copy, store and wgmma read of
+     * the rings is done).
      * acc[hf][4b + 2rr + jj] is weight row 128 wg + 64 hf + 16 warp + g + 8 rr,
      * activation row 8b + 2tq + jj. */
     float *part = reinterpret_cast<float *>(smem);
-    named_barrier_sync(1, 256);
+    named_barrier_sync(0, THREADS); /* (A), bar.sync 0 reached from both branches: well defined in PTX */
 #pragma unroll
     for (int hf = 0; hf < 2; hf++)
 #pragma unroll
@@ -289,8 +295,8 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
           for (int jj = 0; jj < 2; jj++)
             part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
                 acc[hf][4 * b + 2 * rr + jj];
-    if (split > 1) cluster_sync(); /* every CTA's partial tile complete */
-    else named_barrier_sync(1, 256);
+    if (split > 1) cluster_sync(); /* (B) every CTA's partial tile complete */
+    else named_barrier_sync(0, THREADS);
 
     /* ---- epilogue, second half (consumers: the producer's registers are
      * few): this CTA's share of the tile's rows, partials summed in rank order */
@@ -329,7 +335,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
         for (int i = 0; i < 4 && n + i < p.n; i++) store_half(dst + i, o[i]);
       }
     }
-    if (split > 1) cluster_sync(); /* keep this CTA's partial alive until every peer has read it */
+    if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
   }
 #else
   (void)t;
