@@ -23,7 +23,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference, tasks
 from nvfp4_kernels.testing import random_operand
 
-from .common import L2Flush, cuda_time, measure_ceilings
+from .common import L2Flush, cuda_time, measure_ceilings, pyplot
 
 
 def competition(op):
@@ -109,13 +109,8 @@ def run(ops, quick, json_path=None, png_path=None):
 
 
 def plot(rows, ceil, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no PNG")
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [r["intensity"] for r in rows]

@@ -20,7 +20,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand, vector_operand
 
-from .common import L2Flush, cuda_time, measure_ceilings
+from .common import L2Flush, cuda_time, measure_ceilings, pyplot
 
 COMPETITION = [(7168, 16384, 1), (4096, 7168, 8), (7168, 2048, 4)]
 EXTRA = [(512, 7168, 1), (1000, 7168, 1), (4000, 4096, 2), (2048, 16384, 8), (16384, 2048, 1), (8192, 8192, 3),
@@ -87,13 +87,8 @@ def run(shapes, layouts, json_path=None, png_path=None):
 
 
 def plot(rows, device, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no PNG (python -m benchmarks.plot_gemv FILE.json renders one later)")
+    plt = pyplot()
+    if plt is None:
         return
     labels = [f"{r['m']}x{r['k']} L{r['L']} {r['layout'][:3]}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows)), 4))

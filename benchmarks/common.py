@@ -55,3 +55,16 @@ def cpu_time(fn, arg_sets, reps=1) -> float:
     return statistics.median(best)
 
 
+
+
+def pyplot():
+    """matplotlib.pyplot with a file backend, or None (and a note) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no PNG")
+        return None
+    return plt

@@ -343,6 +343,23 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 #endif
 }
 
+/* A launch of `ctas` CTAs in clusters of `split` (attr: storage for the
+ * cluster attribute the config points to). */
+cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, cudaLaunchAttribute &attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)ctas);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.stream = stream;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = (unsigned)split;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 /* Clusters of `split` CTAs that fit on the device at once (a cluster must sit
  * in one GPC: on an H200, 30 clusters of 4 but 66 of 2), per device. */
 template <bool DUAL>
@@ -350,17 +367,8 @@ int max_clusters(int split, const DeviceInfo &dev) {
   static int cache[64][MAX_SPLIT + 1] = {};
   int &n = cache[dev.id][split];
   if (!n) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(split * dev.sms));
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = SMEM_BYTES;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)split;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = launch_config(split * dev.sms, split, nullptr, attr);
     if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL>, &cfg) != cudaSuccess || n < 1) {
       cudaGetLastError(); /* clear it: the split is then simply not chosen */
       n = -1;
@@ -399,18 +407,8 @@ cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStre
     configured[dev.id] = true;
   }
   const int split = choose_split<DUAL>(tiles, ksteps, dev);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(tiles * split));
-  cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)split;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = launch_config(tiles * split, split, stream, attr);
   return cudaLaunchKernelEx(&cfg, kernel, t, split);
 }
 
