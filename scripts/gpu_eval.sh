@@ -3,7 +3,9 @@
 # benchmark of every problem through the installed package's submission and
 # through each one-file bundle, then a table comparing the two.
 #   bash scripts/gpu_eval.sh [problem ...]      (default: all four)
-# Run after a build (scripts/gpu_check.sh builds), or set BUILD=1.
+# Run after a build (scripts/gpu_check.sh builds), or set BUILD=1. The bundles
+# build at import with torch.utils.cpp_extension, which needs ninja: on a
+# machine without network, carry a wheel in .whl/ (pip download ninja -d .whl).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
