@@ -312,6 +312,39 @@ std::vector<Tensor> group_gemm(const at::TensorList as, const at::TensorList bs,
   return outs;
 }
 
+/* The GPU MODE group gemm's tensors as its harness hands them (CONTRACT.md):
+ * a, b, c as (R, C, L) views of [L, R, C] memory, sfa, sfb as the permuted
+ * scales (32, 4, RB, 4, KB4, L) of [L, RB, KB4, 32, 4, 4] memory. The same
+ * views as nvfp4_kernels/competition.py takes for the other problems, made
+ * here: one op call per harness call instead of five Python views per group,
+ * since host time is what the harness's back-to-back loop pays for. */
+void competition_group_gemm(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
+                            const at::TensorList sfbs, const at::TensorList cs) {
+  const char *op = "nvfp4.competition_group_gemm";
+  TORCH_CHECK_VALUE(bs.size() == as.size() && sfas.size() == as.size() && sfbs.size() == as.size() &&
+                        cs.size() == as.size(),
+                    op, ": the lists must have equal lengths, got a=", as.size(), " b=", bs.size(),
+                    " sfa=", sfas.size(), " sfb=", sfbs.size(), " c=", cs.size());
+  std::vector<Tensor> a2, b2, sfa2, sfb2, c2;
+  auto rows = [&](const Tensor &t, const char *name, size_t g) {
+    TORCH_CHECK_VALUE(t.dim() == 3, op, ": ", name, "[", g, "] must be (R, C, L), got ", t.dim(), " dims");
+    return t.permute({2, 0, 1});
+  };
+  auto blocked = [&](const Tensor &t, const char *name, size_t g) {
+    TORCH_CHECK_VALUE(t.dim() == 6, op, ": ", name, "[", g, "] must be permuted scales (32, 4, RB, 4, KB4, L), got ",
+                      t.dim(), " dims");
+    return t.permute({5, 2, 4, 0, 1, 3});
+  };
+  for (size_t g = 0; g < as.size(); g++) {
+    a2.push_back(rows(as[g], "a", g));
+    b2.push_back(rows(bs[g], "b", g));
+    c2.push_back(rows(cs[g], "c", g));
+    sfa2.push_back(blocked(sfas[g], "sfa", g));
+    sfb2.push_back(blocked(sfbs[g], "sfb", g));
+  }
+  group_gemm_out(a2, b2, sfa2, sfb2, c2);
+}
+
 }  // namespace
 
 /* The op namespace: nvfp4, or another name for a bundle built beside an
@@ -332,6 +365,7 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("dual_gemm_out(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, Tensor(a!) out) -> ()");
   m.def("group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb) -> Tensor[]");
   m.def("group_gemm_out(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] out) -> ()");
+  m.def("competition_group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] c) -> ()");
 }
 
 #define NVFP4_IMPLS(m)                        \
@@ -342,7 +376,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("dual_gemm", &dual_gemm);            \
   m.impl("dual_gemm_out", &dual_gemm_out);    \
   m.impl("group_gemm", &group_gemm);          \
-  m.impl("group_gemm_out", &group_gemm_out);
+  m.impl("group_gemm_out", &group_gemm_out);  \
+  m.impl("competition_group_gemm", &competition_group_gemm);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

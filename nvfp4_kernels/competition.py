@@ -36,14 +36,11 @@ def _blocked(sf):  # (32, 4, RB, 4, KB4, L) -> [L, RB, KB4, 32, 4, 4]
 def custom_kernel(data):
     if len(data) == 4:  # group gemm
         abc, _, sf_perm, _ = data
-        # each group as a batch of one: one view per tensor (host time is the
-        # cost here: 8 groups x 5 tensors per call)
-        _ops.group_gemm_out(
-            [_rows(a) for a, _, _ in abc],
-            [_rows(b) for _, b, _ in abc],
-            [_blocked(sfa) for sfa, _ in sf_perm],
-            [_blocked(sfb) for _, sfb in sf_perm],
-            [_rows(c) for _, _, c in abc],
+        # the harness's views taken in C++: host time is the cost here (8 groups
+        # x 5 tensors per call; docs/PERF.md)
+        _ops.competition_group_gemm(
+            [a for a, _, _ in abc], [b for _, b, _ in abc], [s for s, _ in sf_perm], [s for _, s in sf_perm],
+            [c for _, _, c in abc],
         )
         return [c for _, _, c in abc]
     if len(data) == 10:  # dual gemm

@@ -118,5 +118,5 @@ def _register_out_fake(name):
         return None
 
 
-for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out"):
+for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out", "competition_group_gemm"):
     _register_out_fake(_name)

@@ -34,3 +34,18 @@ def test_custom_kernel(device, problem, i, shape):
     else:
         assert got is data[-1], "custom_kernel must write into and return the harness's c"
         assert_matches(got, ref, f"{problem} {shape} on {device}")
+
+
+def test_competition_group_gemm_checks_its_layouts():
+    """The C++ entry behind the group adapter names the bad argument."""
+    data = competition_inputs("group_gemm", {"m": [8, 16], "n": [8, 24], "k": [64, 128]}, seed=SEED)
+    abc, _, sf_perm, _ = data
+    a, b, c = ([t[i] for t in abc] for i in range(3))
+    sfa, sfb = [s for s, _ in sf_perm], [s for _, s in sf_perm]
+    op = torch.ops.nvfp4.competition_group_gemm
+    with pytest.raises(ValueError, match=r"competition_group_gemm: a\[1\] must be \(R, C, L\)"):
+        op([a[0], a[1][:, :, 0]], b, sfa, sfb, c)
+    with pytest.raises(ValueError, match=r"sfb\[0\] must be permuted scales"):
+        op(a, b, sfa, [sfb[0][..., 0], sfb[1]], c)
+    with pytest.raises(ValueError, match=r"equal lengths"):
+        op(a, b[:1], sfa, sfb, c)
