@@ -23,7 +23,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference, tasks
 from nvfp4_kernels.testing import random_operand
 
-from .common import L2Flush, cuda_time, measure_ceilings, pyplot
+from .common import L2Flush, cuda_time, geomean, measure_ceilings, pyplot
 
 
 def competition(op):
@@ -95,10 +95,7 @@ def run(ops, quick, json_path=None, png_path=None):
                   f"{row['sol_us']:8.1f} {row['frac_sol']:5.2f} {row['bf16_us']:8.1f} {row['speedup']:7.2f}"
                   f"{'' if ok else '  WRONG'}", flush=True)
         comp = [r["frac_sol"] for r in rows if r["op"] == op and r["competition"]]
-        geo = 1.0
-        for f in comp:
-            geo *= f
-        print(f"{op} competition shapes: min frac {min(comp):.3f}, geomean {geo ** (1 / len(comp)):.3f}")
+        print(f"{op} competition shapes: min frac {min(comp):.3f}, geomean {geomean(comp):.3f}")
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"device": ceil.device, "bandwidth": ceil.bandwidth, "fp16_rate": ceil.fp16_rate,

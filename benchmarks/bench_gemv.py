@@ -20,7 +20,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand, vector_operand
 
-from .common import L2Flush, cuda_time, measure_ceilings, pyplot
+from .common import L2Flush, cuda_time, geomean, measure_ceilings, pyplot
 
 COMPETITION = [(7168, 16384, 1), (4096, 7168, 8), (7168, 2048, 4)]
 EXTRA = [(512, 7168, 1), (1000, 7168, 1), (4000, 4096, 2), (2048, 16384, 8), (16384, 2048, 1), (8192, 8192, 3),
@@ -74,10 +74,7 @@ def run(shapes, layouts, json_path=None, png_path=None):
         for r in comp:
             by_shape.setdefault((r["m"], r["k"], r["L"]), []).append(r["frac_sol"])
         best = [max(v) for v in by_shape.values()]
-        geo = 1.0
-        for f in best:
-            geo *= f
-        print(f"competition shapes: min frac {min(best):.3f}, geomean {geo ** (1 / len(best)):.3f}")
+        print(f"competition shapes: min frac {min(best):.3f}, geomean {geomean(best):.3f}")
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"device": ceil.device, "bandwidth": ceil.bandwidth, "rows": rows}, f, indent=1)

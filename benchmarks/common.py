@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from nvfp4_kernels.timing import SLEEP_CYCLES, Ceilings, L2Flush, cuda_time, measure_ceilings  # noqa: F401
+from nvfp4_kernels.timing import SLEEP_CYCLES, Ceilings, L2Flush, cuda_time, geomean, measure_ceilings  # noqa: F401
 
 
 def cuda_time_loop(fn, arg_sets, *, flush: L2Flush, reps=20) -> float:

@@ -38,13 +38,13 @@ import argparse
 import concurrent.futures as cf
 import importlib.util
 import json
-import math
 import multiprocessing
 import os
 import sys
 import time
 
 from . import tasks
+from .timing import geomean
 
 NUM_INPUTS = 50
 TOL = 1e-3
@@ -338,10 +338,6 @@ def evaluate(mode, problems, submission=DEFAULT_SUBMISSION, spec=None, device=No
         runner.close()
     report(result, out)
     return result
-
-
-def geomean(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def report(result, out=sys.stdout):

@@ -111,6 +111,11 @@ def stats(samples: list[float]) -> Stats:
     return Stats(runs=n, mean=mean, std=std, err=std / math.sqrt(n), best=min(samples), worst=max(samples))
 
 
+def geomean(xs) -> float:
+    """Geometric mean (the competition's score over shapes); nan for no values."""
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
 def should_stop(samples_ns: list[float], elapsed_ns: float, max_time_ns: float) -> bool:
     """After at least 3 samples and 100 ms: stop once the error of the mean is
     under 0.1% of it, or the samples add up to max_time_ns, or 2 minutes passed."""

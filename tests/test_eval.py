@@ -9,7 +9,7 @@ import pytest
 
 from nvfp4_kernels import eval as ev
 from nvfp4_kernels import tasks
-from nvfp4_kernels.timing import should_stop, stats
+from nvfp4_kernels.timing import geomean, should_stop, stats
 
 SPEC = """\
 tests:
@@ -26,6 +26,12 @@ def test_stats_match_the_harness_formulas():
     assert (s.runs, s.mean, s.best, s.worst) == (4, 3.0, 1.0, 6.0)
     assert s.std == pytest.approx(math.sqrt((4 + 1 + 0 + 9) / 3))  # sample std, n - 1
     assert s.err == pytest.approx(s.std / 2)
+
+
+def test_geomean_is_the_score():
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert geomean([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    assert math.isnan(geomean([]))
 
 
 def test_stop_rule():
