@@ -69,3 +69,37 @@ inline const DeviceInfo &device_info() {
   }
   return d;
 }
+
+/* ---- development tracing (tools/trace.cu; off in every normal build) ------
+ * With -DNVFP4_TRACE a kernel records, at points it names, the global timer
+ * (ns, comparable across SMs) and the SM's cycle counter into a buffer the
+ * tool attaches: TRACE_SLOTS 64-bit words per CTA, point i at 2i and 2i + 1,
+ * the SM id in the last word. Without it NVFP4_TRACE_POINT compiles to nothing. */
+#define NVFP4_TRACE_SLOTS 24
+#ifdef NVFP4_TRACE
+static __device__ unsigned long long *nvfp4_trace_buf;
+__device__ __forceinline__ void nvfp4_trace_point(int i) {
+  if (!nvfp4_trace_buf) return;
+  unsigned long long t;
+  unsigned sm;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  unsigned long long *row =
+      nvfp4_trace_buf + (blockIdx.x + (unsigned long long)gridDim.x * blockIdx.y) * NVFP4_TRACE_SLOTS;
+  row[2 * i] = t;
+  row[2 * i + 1] = clock64();
+  row[NVFP4_TRACE_SLOTS - 1] = sm;
+}
+#define NVFP4_TRACE_POINT(cond, i) \
+  do {                             \
+    if (cond) nvfp4_trace_point(i); \
+  } while (0)
+/* The host hook of one file's kernels: nvfp4_trace_attach_<name>(device buffer or NULL). */
+#define NVFP4_TRACE_ATTACH(name)                                                    \
+  extern "C" cudaError_t nvfp4_trace_attach_##name(unsigned long long *buf) {       \
+    return cudaMemcpyToSymbol(nvfp4_trace_buf, &buf, sizeof buf);                   \
+  }
+#else
+#define NVFP4_TRACE_POINT(cond, i) ((void)0)
+#define NVFP4_TRACE_ATTACH(name)
+#endif

@@ -84,28 +84,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   // Warps past the last row still help decode the vector and meet the barrier.
   const int row_sets = row_first < p.m ? (int)((p.m - row_first + row_stride - 1) / row_stride) : 0;
   const int items = row_sets * steps;  // this thread's sequence of (row, step)
-
-  // The vector, decoded once per CTA (all warps help, then one barrier).
-  {
-    const uint8_t *b_row = p.b.data + l * p.b.batch_stride;
-    uint4 *b8w = reinterpret_cast<uint4 *>(smem + plan.b8);
-    float2 *sbw = reinterpret_cast<float2 *>(smem + plan.sb);
-    for (int c = tid; c < chunks; c += THREADS) {
-      const uint4 v = *reinterpret_cast<const uint4 *>(b_row + 16 * c);
-      // chunk c belongs to (step st, lane qq): see the plan above
-      const int qq = c % LPR, st = c / SPAN;
-      uint4 lo, hi;
-      nvfp4_e2m1x8_to_s8x8(v.x, lo.x, lo.y);
-      nvfp4_e2m1x8_to_s8x8(v.y, lo.z, lo.w);
-      nvfp4_e2m1x8_to_s8x8(v.z, hi.x, hi.y);
-      nvfp4_e2m1x8_to_s8x8(v.w, hi.z, hi.w);
-      b8w[(st * 2) * LPR + qq] = lo;
-      b8w[(st * 2 + 1) * LPR + qq] = hi;
-      sbw[st * LPR + qq] = make_float2(0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c),
-                                                      0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c + 1));
-    }
-    if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
-  }
+  NVFP4_TRACE_POINT(tid == 0, 0);
 
   // Producer: the next (row set, step) this thread copies. Its chunk is chunk
   // s * LPR + q of the row, its 4 scale bytes the word holding that chunk's
@@ -140,7 +119,33 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
     if (s < items) issue(s);
     cp_async_commit();
   }
+  NVFP4_TRACE_POINT(tid == 0, 5);
+
+  // The vector, decoded once per CTA (all warps help, then one barrier), while
+  // the first stages of A are in flight.
+  {
+    const uint8_t *b_row = p.b.data + l * p.b.batch_stride;
+    uint4 *b8w = reinterpret_cast<uint4 *>(smem + plan.b8);
+    float2 *sbw = reinterpret_cast<float2 *>(smem + plan.sb);
+    for (int c = tid; c < chunks; c += THREADS) {
+      const uint4 v = *reinterpret_cast<const uint4 *>(b_row + 16 * c);
+      // chunk c belongs to (step st, lane qq): see the plan above
+      const int qq = c % LPR, st = c / SPAN;
+      uint4 lo, hi;
+      nvfp4_e2m1x8_to_s8x8(v.x, lo.x, lo.y);
+      nvfp4_e2m1x8_to_s8x8(v.y, lo.z, lo.w);
+      nvfp4_e2m1x8_to_s8x8(v.z, hi.x, hi.y);
+      nvfp4_e2m1x8_to_s8x8(v.w, hi.z, hi.w);
+      b8w[(st * 2) * LPR + qq] = lo;
+      b8w[(st * 2 + 1) * LPR + qq] = hi;
+      sbw[st * LPR + qq] = make_float2(0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c),
+                                                      0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c + 1));
+    }
+    if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
+  }
+
   __syncthreads();  // the vector and the table are in shared memory
+  NVFP4_TRACE_POINT(tid == 0, 1);
 
   // Read at a lane-dependent address: a uniform value would live in a uniform
   // register and be copied out before every prmt (numerics.h).
@@ -160,6 +165,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
       const int it = it0 + stage;
       if (it >= items) break;
       cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
+      NVFP4_TRACE_POINT(tid == 0 && it == 0, 2);
       const uint32_t sw = *reinterpret_cast<const uint32_t *>(s_dst + stage * THREADS * 4);
       {
         const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + stage * THREADS * 16);
@@ -189,6 +195,8 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
     }
   }
   cp_async_wait<0>();
+  NVFP4_TRACE_POINT(tid == 0, 3);
+  NVFP4_TRACE_POINT(tid == THREADS - 1, 4);
 }
 
 /* Per device: the dynamic shared memory a kernel was opened up to and its
@@ -242,6 +250,8 @@ cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+NVFP4_TRACE_ATTACH(gemv)
 
 bool gemv_supported(const nvfp4_matmul &p) {
   if (p.n != 1 || p.b2.data || p.k % 64 || p.k / 32 > INT32_MAX / 64) return false;

@@ -113,6 +113,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   const int kbeg = (int)((int64_t)ksteps * rank / split);
   const int steps = (int)((int64_t)ksteps * (rank + 1) / split) - kbeg;
   const int tid = threadIdx.x;
+  NVFP4_TRACE_POINT(tid == 0, 0);
 
   if (tid == 0) {
     for (int i = 0; i < STAGES; i++) {
@@ -125,6 +126,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
     }
   }
   __syncthreads();
+  NVFP4_TRACE_POINT(tid == 0, 1);
 
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
@@ -173,10 +175,12 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       cp_async_mbar_arrive(bar(BAR_FULL + slot));
     };
     for (int j = 0; j < STAGES && j < steps; j++) load(j, j);
+    NVFP4_TRACE_POINT(tid == 0, 9);
 
     for (int j = 0; j < steps; j++) {
       const int slot = j % STAGES, buf = j % NA16;
       mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
+      NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
       if (j >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((j / NA16) - 1) & 1);
       const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
       const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(r, 0));
@@ -207,6 +211,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
         load(old, j - 1 + STAGES);
       }
     }
+    NVFP4_TRACE_POINT(tid == 0, 3);
     /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
      * the partial tile is written (and with split-K: (C) it has been read) */
     named_barrier_sync(0, THREADS);
@@ -273,11 +278,14 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 #pragma unroll
         for (int s = 0; s < 4; s++) wgmma_m64n128k16_rs(acc[hf], f[hf][s], desc[s]);
       wgmma_commit();
+      NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
       if (wg == 0) named_barrier_arrive(2, 256);
       else if (j + 1 < steps) named_barrier_arrive(3, 256);
       wgmma_wait<0>();
       if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
     }
+    NVFP4_TRACE_POINT(tid == 128, 5);
+    NVFP4_TRACE_POINT(tid == 256, 8);
     /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
      * (after barrier A of all 384 threads: every copy, store and wgmma read of
      * the rings is done).
@@ -297,6 +305,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
                 acc[hf][4 * b + 2 * rr + jj];
     if (split > 1) cluster_sync(); /* (B) every CTA's partial tile complete */
     else named_barrier_sync(0, THREADS);
+    NVFP4_TRACE_POINT(tid == 128, 6);
 
     /* ---- epilogue, second half (consumers: the producer's registers are
      * few): this CTA's share of the tile's rows, partials summed in rank order */
@@ -336,6 +345,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       }
     }
     if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
+    NVFP4_TRACE_POINT(tid == 128, 7);
   }
 #else
   (void)t;
@@ -413,6 +423,8 @@ cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStre
 }
 
 }  // namespace
+
+NVFP4_TRACE_ATTACH(sm90)
 
 /* Hopper (9.0) only; K a multiple of 64; data 16-byte and scales 4-byte
  * aligned, so every copy is one cp.async. */

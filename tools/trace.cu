@@ -1,0 +1,219 @@
+/*
+ * tools/trace.cu - where a kernel's time goes, phase by phase (development
+ * tool; builds its own copy of the CUDA sources with -DNVFP4_TRACE, never part
+ * of the extension). Build and run on a GPU machine:
+ *
+ *   bash tools/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
+ *
+ * Per case: L2 evicted by a read sweep, a spin kernel (so the host has queued
+ * everything), a stamp kernel writing the global timer, event, the call
+ * through the C API (nvfp4_matmul_cuda), event, another stamp. The kernels
+ * record the global timer (ns, same clock on every SM) and their SM's cycle
+ * counter at named points (NVFP4_TRACE_POINT in the kernel files, numbered as
+ * in the tables below). Printed: the event time, the gap from the stamp to the
+ * first CTA's entry, and per point the spread over CTAs (min / median / max,
+ * us after the first CTA's entry), and the median cycles since the CTA's
+ * entry. Scales: blocked for gemm and dual, linear for gemv (as the
+ * competition adapter passes them).
+ */
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "../csrc/cuda/common.cuh"
+#include "../csrc/nvfp4.h"
+
+extern "C" cudaError_t nvfp4_trace_attach_sm90(unsigned long long *buf);
+extern "C" cudaError_t nvfp4_trace_attach_gemv(unsigned long long *buf);
+
+#define CHECK(x)                                                                     \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+__global__ void fill_kernel(uint8_t *p, size_t n, uint32_t seed, int scales) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    p[i] = scales ? (uint8_t)(0x28 + (h & 0x1F)) : (uint8_t)h;  // scales: finite e4m3 of moderate size
+  }
+}
+
+__global__ void sweep_kernel(const uint4 *p, size_t n, unsigned *sink) {
+  unsigned x = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const uint4 v = p[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+__global__ void stamp_kernel(unsigned long long *dst) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  *dst = t;
+}
+
+static uint8_t *random_bytes(size_t n, uint32_t seed, bool scales) {
+  uint8_t *p;
+  CHECK(cudaMalloc(&p, n));
+  fill_kernel<<<1024, 256>>>(p, n, seed, scales);
+  CHECK(cudaGetLastError());
+  return p;
+}
+
+/* Random codes and scales; the blocked scale layout (as the competition's
+ * gemm problems pass them) or the linear one (its gemv). */
+static nvfp4_operand operand(int64_t batch, int64_t rows, int64_t k, uint32_t seed, bool blocked) {
+  nvfp4_operand o = {};
+  o.data = random_bytes((size_t)(batch * rows * k / 2), seed, false);
+  o.row_stride = k / 2;
+  o.batch_stride = rows * k / 2;
+  const int64_t sf_batch = blocked ? (rows + 127) / 128 * 128 * ((k / 16 + 3) / 4 * 4) : rows * k / 16;
+  o.sf = random_bytes((size_t)(batch * sf_batch), seed + 1, true);
+  o.sf_row_stride = blocked ? 0 : k / 16;
+  o.sf_batch_stride = sf_batch;
+  o.sf_layout = blocked ? NVFP4_SF_BLOCKED : NVFP4_SF_LINEAR;
+  return o;
+}
+
+struct Case {
+  std::string kind;  // gemm, dual or gemv
+  int64_t m, n, k, batch;
+};
+
+static const char *point_names_sm90[] = {"entry", "barriers init", "P first data", "P loop end", "C0 first wgmma",
+                                         "C0 loop end", "C0 epilogue tile", "C0 end", "C1 loop end", "P loads issued",
+                                         ""};
+static const char *point_names_gemv[] = {"entry", "b decoded", "first data", "t0 loop end", "t255 loop end",
+                                         "prefetch issued", "", "", "", "", ""};
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: trace gemm:M,N,K[,L] | dual:M,N,K[,L] | gemv:M,K[,L] ...\n");
+    return 2;
+  }
+  int dev = 0, clock_khz = 0, sms = 0;
+  CHECK(cudaGetDevice(&dev));
+  CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, dev));
+  printf("device %s, %d SMs, max clock %.0f MHz, L2 %d MB\n", prop.name, sms, clock_khz / 1e3, prop.l2CacheSize >> 20);
+
+  const size_t sweep_n = (size_t)std::max(2 * prop.l2CacheSize, 64 << 20) / 16;
+  uint4 *sweep;
+  unsigned *sink;
+  unsigned long long *stamps, *trace;
+  const int max_ctas = 1 << 16;
+  CHECK(cudaMalloc(&sweep, sweep_n * 16));
+  CHECK(cudaMemset(sweep, 1, sweep_n * 16));
+  CHECK(cudaMalloc(&sink, 4));
+  CHECK(cudaMalloc(&stamps, 16));
+  CHECK(cudaMalloc(&trace, (size_t)max_ctas * NVFP4_TRACE_SLOTS * 8));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+
+  for (int ai = 1; ai < argc; ai++) {
+    Case c;
+    char kind[16] = {};
+    long long v[4] = {0, 0, 0, 1};
+    const int got = sscanf(argv[ai], "%15[a-z]:%lld,%lld,%lld,%lld", kind, &v[0], &v[1], &v[2], &v[3]);
+    c.kind = kind;
+    if (c.kind == "gemv") {
+      if (got < 3) return 2;
+      c.m = v[0], c.n = 1, c.k = v[1], c.batch = got >= 4 ? v[2] : 1;
+    } else {
+      if (got < 4) return 2;
+      c.m = v[0], c.n = v[1], c.k = v[2], c.batch = got >= 5 ? v[3] : 1;
+    }
+    const bool dual = c.kind == "dual";
+    nvfp4_matmul p = {};
+    p.m = c.m, p.n = c.n, p.k = c.k, p.batch = c.batch, p.alpha = 1.f;
+    const bool blocked = c.kind != "gemv";
+    p.a = operand(c.batch, c.m, c.k, 11, blocked);
+    p.b = operand(c.batch, c.n, c.k, 23, blocked);
+    if (dual) p.b2 = operand(c.batch, c.n, c.k, 37, blocked);
+    CHECK(cudaMalloc(&p.c, (size_t)(c.batch * c.m * c.n * 2)));
+    p.c_batch_stride = c.m * c.n;
+    p.c_row_stride = c.n;
+    const bool is_gemv = std::string(nvfp4_matmul_cuda_kernel_name(&p)) == "gemv_dp4a";
+    const char **names = is_gemv ? point_names_gemv : point_names_sm90;
+    CHECK(nvfp4_trace_attach_sm90(is_gemv ? nullptr : trace));
+    CHECK(nvfp4_trace_attach_gemv(is_gemv ? trace : nullptr));
+
+    const int reps = 21;
+    std::vector<float> ms(reps);
+    std::vector<std::vector<unsigned long long>> runs(reps);
+    std::vector<unsigned long long> st(2 * reps);
+    for (int r = 0; r < reps; r++) {
+      CHECK(cudaMemset(trace, 0, (size_t)max_ctas * NVFP4_TRACE_SLOTS * 8));
+      sweep_kernel<<<4 * sms, 512>>>(sweep, sweep_n, sink);
+      spin_kernel<<<1, 32>>>((long long)clock_khz * 100);  // ~100 us
+      stamp_kernel<<<1, 1>>>(stamps);
+      CHECK(cudaEventRecord(e0));
+      if (nvfp4_matmul_cuda(&p, 1, 0) != NVFP4_OK) {
+        fprintf(stderr, "launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+        return 1;
+      }
+      CHECK(cudaEventRecord(e1));
+      stamp_kernel<<<1, 1>>>(stamps + 1);
+      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+      CHECK(cudaMemcpy(&st[2 * r], stamps, 16, cudaMemcpyDeviceToHost));
+      runs[r].resize((size_t)max_ctas * NVFP4_TRACE_SLOTS);
+      CHECK(cudaMemcpy(runs[r].data(), trace, runs[r].size() * 8, cudaMemcpyDeviceToHost));
+    }
+    // the run with the median event time
+    std::vector<int> order(reps);
+    for (int r = 0; r < reps; r++) order[r] = r;
+    std::sort(order.begin(), order.end(), [&](int x, int y) { return ms[x] < ms[y]; });
+    const int r = order[reps / 2];
+    const std::vector<unsigned long long> &tr = runs[r];
+    int ctas = 0;
+    while (ctas < max_ctas && tr[(size_t)ctas * NVFP4_TRACE_SLOTS] != 0) ctas++;
+    printf("\n== %s %lldx%lldx%lld L%lld (%s): event %.2f us (min %.2f), %d CTAs\n", c.kind.c_str(), (long long)c.m,
+           (long long)c.n, (long long)c.k, (long long)c.batch, nvfp4_matmul_cuda_kernel_name(&p), ms[r] * 1e3,
+           ms[order[0]] * 1e3, ctas);
+    if (!ctas) continue;
+    unsigned long long t0 = ~0ull, tend = 0;
+    for (int i = 0; i < ctas; i++) t0 = std::min(t0, tr[(size_t)i * NVFP4_TRACE_SLOTS]);
+    for (int i = 0; i < ctas; i++)
+      for (int q = 0; q < (NVFP4_TRACE_SLOTS - 1) / 2; q++) tend = std::max(tend, tr[(size_t)i * NVFP4_TRACE_SLOTS + 2 * q]);
+    printf("stamp -> first CTA entry %.2f us; first entry -> last point %.2f us; last point -> stamp %.2f us\n",
+           (double)((long long)t0 - (long long)st[2 * r]) / 1e3, (double)(tend - t0) / 1e3,
+           (double)((long long)st[2 * r + 1] - (long long)tend) / 1e3);
+    printf("%-18s %9s %9s %9s   %s\n", "point", "min us", "median", "max us", "median cycles since entry");
+    for (int q = 0; q < (NVFP4_TRACE_SLOTS - 1) / 2; q++) {
+      std::vector<double> ts, cy;
+      for (int i = 0; i < ctas; i++) {
+        const unsigned long long *row = &tr[(size_t)i * NVFP4_TRACE_SLOTS];
+        if (!row[2 * q]) continue;
+        ts.push_back((double)(row[2 * q] - t0) / 1e3);
+        cy.push_back((double)(row[2 * q + 1] - row[1]));
+      }
+      if (ts.empty()) continue;
+      std::sort(ts.begin(), ts.end());
+      std::sort(cy.begin(), cy.end());
+      printf("%2d %-15s %9.2f %9.2f %9.2f   %.0f\n", q, names[q], ts.front(), ts[ts.size() / 2], ts.back(),
+             cy[cy.size() / 2]);
+    }
+  }
+  return 0;
+}
