@@ -10,10 +10,10 @@
  * CTA = 384 threads = 3 warpgroups; tile = 256 weight rows x 128 activation
  * rows; K step 64. Dual: weight rows 0-127 are B1's, 128-255 the same rows of
  * B2, so each activation tile feeds both products.
- *   warpgroup 0, producer (56 registers): cp.async of raw fp4 rows and scales
+ *   warpgroup 0, producer (72 registers): cp.async of raw fp4 rows and scales
  *     into a 6-slot ring (mbarrier per slot); decode of the activation rows
  *     into a 4-slot ring of fp16 tiles (128-byte swizzle).
- *   warpgroups 1 and 2, consumers (224 registers): 128 weight rows each
+ *   warpgroups 1 and 2, consumers (208 registers): 128 weight rows each
  *     (2 x 64 fp32 accumulators of 64 x 128), every K step. They take turns
  *     on the tensor cores (named barriers order their wgmma issue): one
  *     decodes its next fragments while the other's 8 wgmma m64n128k16 run.
@@ -95,8 +95,9 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   const uint32_t dyn_addr = (uint32_t)__cvta_generic_to_shared(smem_dyn);
   uint8_t *smem = smem_dyn + ((1024 - (dyn_addr & 1023)) & 1023);
   const uint32_t smem_addr = (uint32_t)__cvta_generic_to_shared(smem);
-  /* setmaxnreg split of the 64K registers: 128 x 56 + 256 x 224 = 64512 */
-  constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+  /* setmaxnreg split of the CTA's 384 x 168 = 64512 registers: 128 x 72 + 256 x 208 = 62464
+   * (the producer's 6 row pointers spilled at 56 and 64) */
+  constexpr int PRODUCER_REGS = 72, CONSUMER_REGS = 208;
   /* raw slot landed / read by the consumers; fp16 tile written / read by wgmma */
   constexpr int BAR_FULL = 0, BAR_EMPTY = STAGES, BAR_A16_FULL = 2 * STAGES, BAR_A16_EMPTY = 2 * STAGES + NA16;
   auto bar = [&](int i) { return smem_addr + BAR_BASE + 8 * i; };
@@ -130,48 +131,54 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    /* ---- producer: loads of row tid of the A and B tiles and their scales;
-     * decode of A row tid into the fp16 tile */
-    const int r = tid;
+    /* ---- producer: copies of the A and B tiles (thread pairs share a row:
+     * lane 2i + h copies chunk h of row i, so one copy instruction covers 16
+     * whole 32-byte rows instead of half of 32 rows: half the L1 lookups) and
+     * of the scales (one row per thread: in the blocked layout a warp's 32
+     * rows are 512 contiguous bytes); decode of A row tid into the fp16 tile.
+     * Rows past the end copy the last row (clamped): their products land only
+     * in output rows and columns that are never stored. */
+    const int r = tid, half = tid & 1, pr = tid >> 1;
     const int64_t k_blocks = p.k / 16;
-    const int64_t a_row = m0 + r;
-    const bool a_ok = a_row < p.m;
-    const uint8_t *a_src = a_ok ? p.a.data + l * p.a.batch_stride + a_row * p.a.row_stride : p.a.data;
-    const uint8_t *sa_src =
-        a_ok ? p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, a_row, 0)
-             : p.a.sf;
+    auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
+    /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
+     * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
+    auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
+    const uint8_t *a_src[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+      a_src[i] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * i, p.m) * p.a.row_stride + 16 * half;
+    const uint8_t *b_src[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const nvfp4_operand &bop = (DUAL && i >= 2) ? p.b2 : p.b;
+      b_src[i] = bop.data + l * bop.batch_stride + b_row(pr + 64 * i) * bop.row_stride + 16 * half;
+    }
     /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
-    const int64_t sa_step = nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, 0, 4);
-    /* weight rows r and r + 128 of the tile: B rows n0 + r, n0 + 128 + r; dual:
-     * row n0 + r of B1 and of B2 */
-    const uint8_t *b_src[2], *sb_src[2];
-    int64_t sb_step[2];
-    bool b_ok[2];
+    const uint8_t *sa_src =
+        p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(m0 + r, p.m), 0);
+    /* bytes from one step's 4 scale columns to the next: the layout's alone */
+    const int sa_step = (int)nvfp4_sf_offset(p.a.sf_layout, 0, k_blocks, 0, 4);
+    const uint8_t *sb_src[2];
+    int sb_step[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const nvfp4_operand &bop = (DUAL && i) ? p.b2 : p.b;
-      const int64_t b_row = n0 + r + (DUAL ? 0 : 128 * i);
-      b_ok[i] = b_row < p.n;
-      b_src[i] = b_ok[i] ? bop.data + l * bop.batch_stride + b_row * bop.row_stride : bop.data;
-      sb_src[i] = b_ok[i] ? bop.sf + l * bop.sf_batch_stride +
-                                nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row, 0)
-                          : bop.sf;
-      sb_step[i] = nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, 0, 4);
+      sb_src[i] = bop.sf + l * bop.sf_batch_stride +
+                  nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * i), 0);
+      sb_step[i] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
     }
 
     auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
       uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-      const int64_t kk = (int64_t)(kbeg + ks) * 32;
-      cp_async_16(st + RAW_A + raw_chunk(r, 0), a_src + (a_ok ? kk : 0), a_ok ? 16 : 0);
-      cp_async_16(st + RAW_A + raw_chunk(r, 1), a_src + (a_ok ? kk + 16 : 0), a_ok ? 16 : 0);
-      cp_async_4(st + RAW_SFA + r * 4, sa_src + (a_ok ? (kbeg + ks) * sa_step : 0), a_ok ? 4 : 0);
+      const int kk = (kbeg + ks) * 32;
 #pragma unroll
-      for (int i = 0; i < 2; i++) {
-        const int br = r + 128 * i;
-        cp_async_16(st + RAW_B + raw_chunk(br, 0), b_src[i] + (b_ok[i] ? kk : 0), b_ok[i] ? 16 : 0);
-        cp_async_16(st + RAW_B + raw_chunk(br, 1), b_src[i] + (b_ok[i] ? kk + 16 : 0), b_ok[i] ? 16 : 0);
-        cp_async_4(st + RAW_SFB + br * 4, sb_src[i] + (b_ok[i] ? (kbeg + ks) * sb_step[i] : 0), b_ok[i] ? 4 : 0);
-      }
+      for (int i = 0; i < 2; i++) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
+#pragma unroll
+      for (int i = 0; i < 4; i++) cp_async_16(st + RAW_B + raw_chunk(pr + 64 * i, half), b_src[i] + kk, 16);
+      cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+#pragma unroll
+      for (int i = 0; i < 2; i++) cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
       cp_async_mbar_arrive(bar(BAR_FULL + slot));
     };
     for (int j = 0; j < STAGES && j < steps; j++) load(j, j);
@@ -431,7 +438,7 @@ NVFP4_TRACE_ATTACH(sm90)
 bool matmul_sm90_supported(const nvfp4_matmul &p) {
   const DeviceInfo &dev = device_info();
   if (dev.major != 9 || dev.minor != 0) return false;
-  if (p.k % KSTEP || p.k / KSTEP > INT32_MAX) return false;
+  if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
   auto data_ok = [](const nvfp4_operand &o) {
     return aligned(o.data, 16) && o.row_stride % 16 == 0 && o.batch_stride % 16 == 0 && aligned(o.sf, 4) &&
            o.sf_batch_stride % 4 == 0 && (o.sf_layout != NVFP4_SF_LINEAR || o.sf_row_stride % 4 == 0);
