@@ -345,6 +345,49 @@ void competition_group_gemm(const at::TensorList as, const at::TensorList bs, co
   group_gemm_out(a2, b2, sfa2, sfb2, c2);
 }
 
+/* The GPU MODE gemv / gemm tuple (a, b, sfa, sfb, sfa_perm, sfb_perm, c) as
+ * the harness hands it: (R, C, L) views and permuted (32, 4, RB, 4, KB4, L)
+ * scales. gemv (c is (M, 1, L), b has the harness's 128 padded rows) reads
+ * the linear scales and row 0 of b; gemm the permuted ones. The same views
+ * nvfp4_kernels/competition.py took in Python, made here: host time per call
+ * is what the harness's back-to-back loop pays for. */
+Tensor harness_rows(const char *op, const char *name, const Tensor &t) {
+  TORCH_CHECK_VALUE(t.dim() == 3, op, ": ", name, " must be (R, C, L), got ", t.dim(), " dims");
+  return t.permute({2, 0, 1});
+}
+
+Tensor harness_blocked(const char *op, const char *name, const Tensor &t) {
+  TORCH_CHECK_VALUE(t.dim() == 6, op, ": ", name, " must be permuted scales (32, 4, RB, 4, KB4, L), got ", t.dim(),
+                    " dims");
+  return t.permute({5, 2, 4, 0, 1, 3});
+}
+
+void competition_gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb, const Tensor &sfa_perm,
+                      const Tensor &sfb_perm, const Tensor &c) {
+  const char *op = "nvfp4.competition_gemm";
+  const Tensor c3 = harness_rows(op, "c", c), b3 = harness_rows(op, "b", b);
+  if (c3.size(2) == 1 && b3.size(1) == 128) {  // gemv: row 0 of b and of its scales is the vector
+    const Tensor sfb3 = harness_rows(op, "sfb", sfb);
+    gemv_out(harness_rows(op, "a", a), b3.select(1, 0), harness_rows(op, "sfa", sfa), sfb3.select(1, 0), std::nullopt,
+             c3.select(2, 0));
+  } else {
+    gemm_out(harness_rows(op, "a", a), b3, harness_blocked(op, "sfa_perm", sfa_perm),
+             harness_blocked(op, "sfb_perm", sfb_perm), std::nullopt, c3);
+  }
+}
+
+/* The dual gemm tuple (a, b1, b2, sfa, sfb1, sfb2, sfa_perm, sfb1_perm,
+ * sfb2_perm, c): the permuted scales are read. */
+void competition_dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
+                           const Tensor &sfb2, const Tensor &sfa_perm, const Tensor &sfb1_perm,
+                           const Tensor &sfb2_perm, const Tensor &c) {
+  const char *op = "nvfp4.competition_dual_gemm";
+  (void)sfa, (void)sfb1, (void)sfb2;
+  dual_gemm_out(harness_rows(op, "a", a), harness_rows(op, "b1", b1), harness_rows(op, "b2", b2),
+                harness_blocked(op, "sfa_perm", sfa_perm), harness_blocked(op, "sfb1_perm", sfb1_perm),
+                harness_blocked(op, "sfb2_perm", sfb2_perm), harness_rows(op, "c", c));
+}
+
 }  // namespace
 
 /* The op namespace: nvfp4, or another name for a bundle built beside an
@@ -366,6 +409,10 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb) -> Tensor[]");
   m.def("group_gemm_out(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] out) -> ()");
   m.def("competition_group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] c) -> ()");
+  m.def("competition_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor sfa_perm, Tensor sfb_perm, "
+        "Tensor(a!) c) -> ()");
+  m.def("competition_dual_gemm(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, "
+        "Tensor sfa_perm, Tensor sfb1_perm, Tensor sfb2_perm, Tensor(a!) c) -> ()");
 }
 
 #define NVFP4_IMPLS(m)                        \
@@ -377,7 +424,9 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("dual_gemm_out", &dual_gemm_out);    \
   m.impl("group_gemm", &group_gemm);          \
   m.impl("group_gemm_out", &group_gemm_out);  \
-  m.impl("competition_group_gemm", &competition_group_gemm);
+  m.impl("competition_group_gemm", &competition_group_gemm); \
+  m.impl("competition_gemm", &competition_gemm);             \
+  m.impl("competition_dual_gemm", &competition_dual_gemm);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

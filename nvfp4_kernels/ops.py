@@ -118,5 +118,6 @@ def _register_out_fake(name):
         return None
 
 
-for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out", "competition_group_gemm"):
+for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out", "competition_group_gemm", "competition_gemm",
+              "competition_dual_gemm"):
     _register_out_fake(_name)

@@ -49,3 +49,22 @@ def test_competition_group_gemm_checks_its_layouts():
         op(a, b, sfa, [sfb[0][..., 0], sfb[1]], c)
     with pytest.raises(ValueError, match=r"equal lengths"):
         op(a, b[:1], sfa, sfb, c)
+
+
+def test_competition_gemm_ops_check_their_layouts():
+    """The C++ entries behind the gemv / gemm and dual adapters name the bad argument."""
+    gemv = competition_inputs("gemv", {"m": 16, "k": 64, "l": 2}, seed=SEED)
+    gemm = competition_inputs("gemm", {"m": 8, "n": 24, "k": 64, "l": 1}, seed=SEED)
+    dual = competition_inputs("dual_gemm", {"m": 8, "n": 24, "k": 64, "l": 1}, seed=SEED)
+    op = torch.ops.nvfp4.competition_gemm
+    with pytest.raises(ValueError, match=r"competition_gemm: a must be \(R, C, L\)"):
+        op(gemv[0][:, :, 0], *gemv[1:])
+    with pytest.raises(ValueError, match=r"competition_gemm: sfb_perm must be permuted scales"):
+        op(*gemm[:5], gemm[5][..., 0], gemm[6])
+    with pytest.raises(ValueError, match=r"nvfp4.gemm: b has K/2=32 but a has K/2=16"):
+        op(gemm[0][:, :16], *gemm[1:])
+    op_dual = torch.ops.nvfp4.competition_dual_gemm
+    with pytest.raises(ValueError, match=r"competition_dual_gemm: sfb2_perm must be permuted scales"):
+        op_dual(*dual[:8], dual[8][..., 0], dual[9])
+    with pytest.raises(ValueError, match=r"competition_dual_gemm: c must be \(R, C, L\)"):
+        op_dual(*dual[:9], dual[9][:, :, 0])
