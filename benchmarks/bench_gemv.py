@@ -5,8 +5,10 @@
 Per shape and scale layout: kernel time (median of CUDA events around one call,
 L2 flushed before each, inputs rotated), achieved GB/s, fraction of SOL (bytes /
 copy bandwidth measured in this run), cuBLAS bf16 time on pre-dequantized
-operands (torch.matmul) and the speedup. The three competition shapes first,
-then shapes away from them: M not a multiple of 128, small M*L, L up to 8.
+operands (torch.matmul) and the speedup. At the start, the time of an empty
+launch measured the same way: the floor under every single-call time here.
+The three competition shapes first, then shapes away from them: M not a
+multiple of 128, small M*L, L up to 8.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def run(shapes, layouts, json_path=None, png_path=None):
     flush = L2Flush()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print(f"device: {ceil.device}; torch {torch.__version__}; copy {ceil.bandwidth / 1e12:.2f} TB/s")
+    one = torch.zeros(1, device="cuda")
+    t_empty = cuda_time(lambda: one.zero_(), [()], flush=flush)
+    print(f"empty launch (one-element zero_, same timing): {t_empty * 1e6:.1f} us")
     print(f"{'M':>6} {'K':>6} {'L':>2} {'layout':<8} {'us':>8} {'GB/s':>7} {'SOL us':>7} {'frac':>5} "
           f"{'bf16 us':>8} {'speedup':>7}")
     rows = []
@@ -77,7 +82,8 @@ def run(shapes, layouts, json_path=None, png_path=None):
         print(f"competition shapes: min frac {min(best):.3f}, geomean {geomean(best):.3f}")
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"device": ceil.device, "bandwidth": ceil.bandwidth, "rows": rows}, f, indent=1)
+            json.dump({"device": ceil.device, "bandwidth": ceil.bandwidth, "empty_us": t_empty * 1e6, "rows": rows}, f,
+                      indent=1)
     if png_path:
         plot(rows, ceil.device, png_path)
     return rows
