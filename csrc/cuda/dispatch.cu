@@ -3,6 +3,7 @@
  * (device, shape, alignment) and launches it on the caller's stream.
  *
  *   N == 1, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
+ *   M == 1, aligned, not dual          -> gemv.cu with the roles swapped
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
  * Grouped calls go in launches of up to NVFP4_LAUNCH_GROUPS problems, to the
@@ -18,6 +19,19 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, cudaStre
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
+/* M == 1 (not dual) is a GEMV with the roles swapped: B's N rows against A's
+ * one row, c[l, 0, n] as the GEMV's c[l, n]. The bandwidth kernel streams B,
+ * where the tensor-core tile would decode a 128-row activation tile for one
+ * row. Same products, fp32 sums in another order. */
+static bool as_gemv(const nvfp4_matmul &p, nvfp4_matmul &q) {
+  if (p.m != 1 || p.b2.data) return false;
+  q = p;
+  q.m = p.n, q.n = 1;
+  q.a = p.b, q.b = p.a;
+  q.c_row_stride = 1;
+  return gemv_supported(q);
+}
+
 /* Sizes in range; pointers present unless the problem is empty (an empty
  * tensor may have no storage). */
 static bool valid(const nvfp4_matmul &p) {
@@ -26,7 +40,8 @@ static bool valid(const nvfp4_matmul &p) {
 }
 
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
-  if (gemv_supported(*p)) return "gemv_dp4a";
+  nvfp4_matmul q;
+  if (gemv_supported(*p) || as_gemv(*p, q)) return "gemv_dp4a";
   if (matmul_sm90_supported(*p)) return p->b2.data ? "wgmma_dual" : "wgmma";
   return p->b2.data ? "simt_dual" : "simt";
 }
@@ -42,7 +57,9 @@ extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int coun
   if (count == 1) {
     const nvfp4_matmul &p = problems[0];
     if (empty(p)) return NVFP4_OK;
+    nvfp4_matmul q;
     if (gemv_supported(p)) err = gemv_launch(p, stream);
+    else if (as_gemv(p, q)) err = gemv_launch(q, stream);
     else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, stream);
     else err = matmul_simt_launch(&p, 1, stream);
   } else {
