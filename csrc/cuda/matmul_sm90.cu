@@ -107,9 +107,11 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   int64_t tile = blockIdx.x / (unsigned)split;
   const nvfp4_matmul &p = t.p[table_find(t, tile)];
   constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R; /* output columns (n) per tile */
-  const int64_t tiles_m = (p.m + TILE_M - 1) / TILE_M, tiles_n = (p.n + OUT_COLS - 1) / OUT_COLS;
-  const int64_t l = tile / (tiles_m * tiles_n), in_batch = tile % (tiles_m * tiles_n);
-  const int64_t n0 = in_batch / tiles_m * OUT_COLS, m0 = in_batch % tiles_m * TILE_M;
+  /* 32-bit tile arithmetic (the launch has < 2^31 tiles): 64-bit divisions
+   * are subroutine calls */
+  const int tiles_m = (int)((p.m + TILE_M - 1) / TILE_M), tiles_n = (int)((p.n + OUT_COLS - 1) / OUT_COLS);
+  const int tile32 = (int)tile, l = tile32 / (tiles_m * tiles_n), in_batch = tile32 % (tiles_m * tiles_n);
+  const int64_t n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = (int64_t)(in_batch % tiles_m) * TILE_M;
   const int ksteps = (int)(p.k / KSTEP);
   const int kbeg = (int)((int64_t)ksteps * rank / split);
   const int steps = (int)((int64_t)ksteps * (rank + 1) / split) - kbeg;
@@ -321,11 +323,15 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
     const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
     uint16_t *c = p.c + l * p.c_batch_stride;
     const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
+    /* the problem's fields in registers: read through the table's dynamic
+     * index, each was an indexed constant load inside the loop */
+    const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
     /* all of a thread's loads are issued before the sums */
+#pragma unroll 2
     for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
       const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
       const int64_t m = m0 + mr, n = n0 + nc;
-      if (m >= p.m || n >= p.n) continue;
+      if (m >= pm || n >= pn) continue;
       float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
       if (split == 1) {
         s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
@@ -342,13 +348,11 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
         o[2] = silu(o[2]) * (s2.z * scale);
         o[3] = silu(o[3]) * (s2.w * scale);
       }
-      uint16_t *dst = c + m * p.c_row_stride + n;
-      if (vec_ok && n + 3 < p.n) {
-        const __half2 lo = __floats2half2_rn(o[0], o[1]), hi = __floats2half2_rn(o[2], o[3]);
-        *reinterpret_cast<uint2 *>(dst) =
-            make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+      uint16_t *dst = c + m * c_row_stride + n;
+      if (vec_ok && n + 3 < pn) {
+        st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
       } else {
-        for (int i = 0; i < 4 && n + i < p.n; i++) store_half(dst + i, o[i]);
+        for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
       }
     }
     if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
