@@ -58,6 +58,33 @@ __device__ __forceinline__ void st_global_v2(void *dst, uint32_t x, uint32_t y) 
   asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(x), "r"(y) : "memory");
 }
 
+/* Programmatic dependent launch (sm_90+; nothing below). A kernel launched
+ * with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+ * kernel before it in the stream is finishing: pdl_wait() then blocks until
+ * that kernel has completed and its writes are visible. Every thread calls it
+ * before its first global read or write. pdl_launch_dependents() lets the next
+ * such kernel launch before this one ends (its CTAs start as SMs free up and
+ * wait in pdl_wait). */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* The launch attribute that goes with them. */
+inline cudaLaunchAttribute pdl_attribute() {
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+
 __host__ __device__ inline bool aligned(const void *ptr, int64_t a) { return reinterpret_cast<uintptr_t>(ptr) % a == 0; }
 
 /* The current device's properties that launches need, queried once per device

@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const int row_sets = row_first < p.m ? (int)((p.m - row_first + row_stride - 1) / row_stride) : 0;
   const int items = row_sets * steps;  // this thread's sequence of (row, step)
   NVFP4_TRACE_POINT(tid == 0, 0);
+  pdl_wait();  // common.cuh: nothing global is touched before this
 
   // Producer: the next (row set, step) this thread copies. Its chunk is chunk
   // s * LPR + q of the row, its 4 scale bytes the word holding that chunk's
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
     }
   }
   cp_async_wait<0>();
+  pdl_launch_dependents();
   NVFP4_TRACE_POINT(tid == 0, 3);
   NVFP4_TRACE_POINT(tid == THREADS - 1, 4);
 }
@@ -227,9 +229,20 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
   const int64_t row_sets = (p.m + rows_per_cta * max_ctas - 1) / (rows_per_cta * max_ctas);
   const int64_t ctas = (p.m + rows_per_cta * row_sets - 1) / (rows_per_cta * row_sets);
+  // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
+  // while the previous one in the stream ends.
+  cudaLaunchAttribute attr = pdl_attribute();
   for (int64_t l = 0; l < p.batch; l += 65535) {
     const int64_t nb = std::min<int64_t>(p.batch - l, 65535);
-    kernel<<<dim3((unsigned)ctas, (unsigned)nb), THREADS, (size_t)smem_bytes, stream>>>(p, l);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)ctas, (unsigned)nb);
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = (size_t)smem_bytes;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = dev.major >= 9 ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l);
+    if (e != cudaSuccess) return e;
   }
   return cudaGetLastError();
 }

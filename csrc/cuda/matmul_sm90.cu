@@ -129,6 +129,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
     }
   }
   __syncthreads();
+  pdl_wait(); /* the set-up above overlaps the previous kernel's end */
   NVFP4_TRACE_POINT(tid == 0, 1);
 
   if (tid < 128) {
@@ -221,6 +222,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       }
     }
     NVFP4_TRACE_POINT(tid == 0, 3);
+    pdl_launch_dependents();
     /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
      * the partial tile is written (and with split-K: (C) it has been read) */
     named_barrier_sync(0, THREADS);
@@ -295,6 +297,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
     }
     NVFP4_TRACE_POINT(tid == 128, 5);
     NVFP4_TRACE_POINT(tid == 256, 8);
+    pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
     /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
      * (after barrier A of all 384 threads: every copy, store and wgmma read of
      * the rings is done).
@@ -365,19 +368,22 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 }
 
 /* A launch of `ctas` CTAs in clusters of `split` (attr: storage for the
- * cluster attribute the config points to). */
-cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, cudaLaunchAttribute &attr) {
+ * attributes the config points to: the cluster shape, and with `pdl` the
+ * programmatic dependent launch of common.cuh). */
+cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, cudaLaunchAttribute (&attr)[2],
+                                 bool pdl) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)ctas);
   cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = SMEM_BYTES;
   cfg.stream = stream;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = (unsigned)split;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)split;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1] = pdl_attribute();
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 2 : 1;
   return cfg;
 }
 
@@ -388,8 +394,8 @@ int max_clusters(int split, const DeviceInfo &dev) {
   static int cache[64][MAX_SPLIT + 1] = {};
   int &n = cache[dev.id][split];
   if (!n) {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = launch_config(split * dev.sms, split, nullptr, attr);
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = launch_config(split * dev.sms, split, nullptr, attr, false);
     if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL>, &cfg) != cudaSuccess || n < 1) {
       cudaGetLastError(); /* clear it: the split is then simply not chosen */
       n = -1;
@@ -428,8 +434,8 @@ cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStre
     configured[dev.id] = true;
   }
   const int split = choose_split<DUAL>(tiles, ksteps, dev);
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = launch_config(tiles * split, split, stream, attr);
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = launch_config(tiles * split, split, stream, attr, true);
   return cudaLaunchKernelEx(&cfg, kernel, t, split);
 }
 
