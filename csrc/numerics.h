@@ -142,11 +142,17 @@ __device__ __forceinline__ void nvfp4_e2m1x8_split(uint32_t w, uint32_t &pos_lo,
  * codes in sm_90a SASS; a shuffle of the literal is folded too). */
 #define NVFP4_E2M1_MAG_03 0x03020100u
 
-/* Two e4m3 bytes (low byte first) -> two floats, exact, NaN kept. One cvt on
- * sm_89+; cuda_fp8.h falls back to integer code below that. */
+/* Two e4m3 bytes (low byte first) -> fp16x2 bits, exact (e4m3 fits in fp16),
+ * NaN kept. One cvt on sm_89+; cuda_fp8.h falls back to integer code below. */
+__device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_half2_bits(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
+  return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+
+/* Two e4m3 bytes (low byte first) -> two floats, exact, NaN kept. */
 __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
-  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
-  return __half22float2(*reinterpret_cast<__half2 *>(&h));
+  const uint32_t bits = nvfp4_e4m3x2_to_half2_bits(two_bytes);
+  return __half22float2(*reinterpret_cast<const __half2 *>(&bits));
 }
 
 /* ---- fp16 decoders for the tensor-core kernels --------------------------
@@ -163,9 +169,7 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
 /* Two e4m3 bytes (low byte first) -> fp16x2 bits {s0 * 2^7, s1 * 2^7}, exact,
  * NaN kept. */
 __device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_half2_x128(uint32_t two_bytes) {
-  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
-  uint32_t bits = (uint32_t)h.x | ((uint32_t)h.y << 16);
-  return mul_f16x2(bits, 0x58005800u); /* 128.0 in both halves */
+  return mul_f16x2(nvfp4_e4m3x2_to_half2_bits(two_bytes), 0x58005800u); /* 128.0 in both halves */
 }
 
 /* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 4 fp16x2 of
