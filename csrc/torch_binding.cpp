@@ -312,12 +312,26 @@ std::vector<Tensor> group_gemm(const at::TensorList as, const at::TensorList bs,
   return outs;
 }
 
-/* The GPU MODE group gemm's tensors as its harness hands them (CONTRACT.md):
- * a, b, c as (R, C, L) views of [L, R, C] memory, sfa, sfb as the permuted
- * scales (32, 4, RB, 4, KB4, L) of [L, RB, KB4, 32, 4, 4] memory. The same
- * views as nvfp4_kernels/competition.py takes for the other problems, made
- * here: one op call per harness call instead of five Python views per group,
- * since host time is what the harness's back-to-back loop pays for. */
+/* The GPU MODE harness's views (CONTRACT.md): a, b, c as (R, C, L) views of
+ * [L, R, C] memory; the permuted scales (32, 4, RB, 4, KB4, L) of
+ * [L, RB, KB4, 32, 4, 4] memory. The competition_* ops below take the
+ * harness's tensors as they come and make these views here, not in Python:
+ * host time per call is what the harness's back-to-back loop pays for. */
+std::string group_index(int64_t g) { return g < 0 ? std::string() : "[" + std::to_string(g) + "]"; }
+
+/* `name` (with [g] for a group's tensor, g >= 0) appears only in the error. */
+Tensor harness_rows(const char *op, const char *name, const Tensor &t, int64_t g = -1) {
+  TORCH_CHECK_VALUE(t.dim() == 3, op, ": ", name, group_index(g), " must be (R, C, L), got ", t.dim(), " dims");
+  return t.permute({2, 0, 1});
+}
+
+Tensor harness_blocked(const char *op, const char *name, const Tensor &t, int64_t g = -1) {
+  TORCH_CHECK_VALUE(t.dim() == 6, op, ": ", name, group_index(g),
+                    " must be permuted scales (32, 4, RB, 4, KB4, L), got ", t.dim(), " dims");
+  return t.permute({5, 2, 4, 0, 1, 3});
+}
+
+/* The group gemm's lists (a, b, c and the permuted scales of each group). */
 void competition_group_gemm(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
                             const at::TensorList sfbs, const at::TensorList cs) {
   const char *op = "nvfp4.competition_group_gemm";
@@ -326,42 +340,19 @@ void competition_group_gemm(const at::TensorList as, const at::TensorList bs, co
                     op, ": the lists must have equal lengths, got a=", as.size(), " b=", bs.size(),
                     " sfa=", sfas.size(), " sfb=", sfbs.size(), " c=", cs.size());
   std::vector<Tensor> a2, b2, sfa2, sfb2, c2;
-  auto rows = [&](const Tensor &t, const char *name, size_t g) {
-    TORCH_CHECK_VALUE(t.dim() == 3, op, ": ", name, "[", g, "] must be (R, C, L), got ", t.dim(), " dims");
-    return t.permute({2, 0, 1});
-  };
-  auto blocked = [&](const Tensor &t, const char *name, size_t g) {
-    TORCH_CHECK_VALUE(t.dim() == 6, op, ": ", name, "[", g, "] must be permuted scales (32, 4, RB, 4, KB4, L), got ",
-                      t.dim(), " dims");
-    return t.permute({5, 2, 4, 0, 1, 3});
-  };
   for (size_t g = 0; g < as.size(); g++) {
-    a2.push_back(rows(as[g], "a", g));
-    b2.push_back(rows(bs[g], "b", g));
-    c2.push_back(rows(cs[g], "c", g));
-    sfa2.push_back(blocked(sfas[g], "sfa", g));
-    sfb2.push_back(blocked(sfbs[g], "sfb", g));
+    a2.push_back(harness_rows(op, "a", as[g], g));
+    b2.push_back(harness_rows(op, "b", bs[g], g));
+    c2.push_back(harness_rows(op, "c", cs[g], g));
+    sfa2.push_back(harness_blocked(op, "sfa", sfas[g], g));
+    sfb2.push_back(harness_blocked(op, "sfb", sfbs[g], g));
   }
   group_gemm_out(a2, b2, sfa2, sfb2, c2);
 }
 
-/* The GPU MODE gemv / gemm tuple (a, b, sfa, sfb, sfa_perm, sfb_perm, c) as
- * the harness hands it: (R, C, L) views and permuted (32, 4, RB, 4, KB4, L)
- * scales. gemv (c is (M, 1, L), b has the harness's 128 padded rows) reads
- * the linear scales and row 0 of b; gemm the permuted ones. The same views
- * nvfp4_kernels/competition.py took in Python, made here: host time per call
- * is what the harness's back-to-back loop pays for. */
-Tensor harness_rows(const char *op, const char *name, const Tensor &t) {
-  TORCH_CHECK_VALUE(t.dim() == 3, op, ": ", name, " must be (R, C, L), got ", t.dim(), " dims");
-  return t.permute({2, 0, 1});
-}
-
-Tensor harness_blocked(const char *op, const char *name, const Tensor &t) {
-  TORCH_CHECK_VALUE(t.dim() == 6, op, ": ", name, " must be permuted scales (32, 4, RB, 4, KB4, L), got ", t.dim(),
-                    " dims");
-  return t.permute({5, 2, 4, 0, 1, 3});
-}
-
+/* The gemv / gemm tuple (a, b, sfa, sfb, sfa_perm, sfb_perm, c). gemv (c is
+ * (M, 1, L), b has the harness's 128 padded rows) reads the linear scales and
+ * row 0 of b; gemm the permuted ones. */
 void competition_gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb, const Tensor &sfa_perm,
                       const Tensor &sfb_perm, const Tensor &c) {
   const char *op = "nvfp4.competition_gemm";
