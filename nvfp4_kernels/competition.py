@@ -5,12 +5,14 @@ embeds it (with the kernels) into one file for popcorn-cli.
 
 The harness's tensors are batch-last views of batch-first memory
 (../shared/competition/CONTRACT.md), so a permute turns each into the [L, ...]
-layout the ops take without a copy; the nvfp4::competition_* ops do that in
-C++. gemv reads the linear scales (its kernel reads them in long runs: 0.59 vs 0.42 of SOL with the blocked ones, H200,
-docs/PERF.md); the others read the permuted (blocked 128x4) scales, which are
-on the GPU for every problem (group gemm's linear scales are on the CPU).
-Results are written into the harness's c in place; nothing is allocated,
-copied or synchronised per call.
+layout the ops take without a copy. The nvfp4::competition_* ops take the
+harness's tensors as they come and make those views in C++: one op call per
+harness call, since host time is what the harness's back-to-back loop pays
+for. gemv reads the linear scales (its kernel reads them in long runs: 0.60 vs
+0.42 of SOL with the blocked ones, H200, docs/PERF.md); the others read the
+permuted (blocked 128x4) scales, which are on the GPU for every problem (group
+gemm's linear scales are on the CPU). Results are written into the harness's
+c in place; nothing is allocated, copied or synchronised per call.
 
     gemv       (a, b, sfa, sfb, sfa_perm, sfb_perm, c)          c (M, 1, L)
     gemm       (a, b, sfa, sfb, sfa_perm, sfb_perm, c)          c (M, N, L)
@@ -26,9 +28,6 @@ _ops = torch.ops.nvfp4
 
 
 def custom_kernel(data):
-    # One op call per harness call, the harness's tensors as they come: the
-    # views are taken in C++ (csrc/torch_binding.cpp, competition_*), since host
-    # time per call is what the harness's back-to-back loop pays for.
     if len(data) == 4:  # group gemm
         abc, _, sf_perm, _ = data
         _ops.competition_group_gemm(

@@ -10,8 +10,9 @@
  *
  * Dataflow. Persistent CTAs of 8 warps. A warp streams rows: LPR lanes per row
  * (32 / LPR rows at once), each lane one 16-byte chunk (32 codes) per step, so
- * every copy instruction of a warp is one contiguous run. Every thread copies exactly what it will consume, so the pipeline
- * is private to the thread: no barrier in the main loop.
+ * every copy instruction of a warp is one contiguous run. Every thread copies
+ * exactly what it will consume, so the pipeline is private to the thread: no
+ * barrier in the main loop.
  *
  *   gmem A + its scales --cp.async, per-thread STAGES-deep ring--> smem
  *   gmem b --once per CTA, decoded--> smem int8 2*b (16-byte planes) + scales / 4
@@ -89,8 +90,9 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
 
   // Producer: the next (row set, step) this thread copies. Its chunk is chunk
   // s * LPR + q of the row, its 4 scale bytes the word holding that chunk's
-  // scale columns (lanes q and q^1 copy the same word). Offsets separate by row and column
-  // (numerics.h), so cursors move by constants: no division, no 64-bit multiply.
+  // scale columns (lanes q and q^1 copy the same word). Offsets separate by row
+  // and column (numerics.h), so cursors move by constants: no division, no
+  // 64-bit multiply.
   const uint8_t *a_batch = p.a.data + l * p.a.batch_stride;
   const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
   const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
       b8w[(st * 2) * LPR + qq] = lo;
       b8w[(st * 2 + 1) * LPR + qq] = hi;
       sbw[st * LPR + qq] = make_float2(0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c),
-                                                      0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c + 1));
+                                       0.25f * nvfp4_scale(&p.b, k_blocks, l, 0, 2 * c + 1));
     }
     if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
   }
