@@ -20,7 +20,7 @@ import torch
 
 import nvfp4_kernels as nk
 from nvfp4_kernels import reference
-from nvfp4_kernels.testing import random_operand, vector_operand
+from nvfp4_kernels.testing import random_operand, vector_operand, within_tolerance
 
 from .common import L2Flush, cuda_time, geomean, measure_ceilings, pyplot
 
@@ -57,8 +57,7 @@ def run(shapes, layouts, json_path=None, png_path=None):
             a0, b0, sfa0, sfb0, out0 = args[0]
             out = nk.gemv(a0, b0, sfa0, sfb0, out=out0)
             ref = reference.gemv(a0, b0, sfa0, sfb0)
-            ok = bool((((out.double() - ref.double()).abs() <= 1e-3 + 1e-3 * ref.double().abs())
-                       | (torch.isnan(out) & torch.isnan(ref))).all())
+            ok = bool(within_tolerance(out, ref).all())
             t = cuda_time(lambda a, b, sa, sb, o: nk.gemv(a, b, sa, sb, out=o), args, flush=flush)
             a_bf = reference.dequantize(a0, sfa0).to(torch.bfloat16)
             b_bf = reference.dequantize(b0.unsqueeze(-2), sfb0 if sfb0.dim() >= 5 else sfb0.unsqueeze(-2)).to(

@@ -47,7 +47,6 @@ from . import tasks
 from .timing import geomean
 
 NUM_INPUTS = 50
-TOL = 1e-3
 DEFAULT_SUBMISSION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "competition.py")
 
 
@@ -84,7 +83,7 @@ def check(problem, data, output) -> tuple[bool, str]:
     """The output of custom_kernel(clone of data) against the exact reference."""
     import torch
 
-    from .testing import competition_reference
+    from .testing import competition_reference, within_tolerance
 
     refs = competition_reference(problem, data)
     outs = output
@@ -95,13 +94,11 @@ def check(problem, data, output) -> tuple[bool, str]:
     for g, (o, r) in enumerate(zip(outs, refs)):
         if not isinstance(o, torch.Tensor) or tuple(o.shape) != tuple(r.shape):
             return False, f"output {g}: shape {getattr(o, 'shape', None)} != {tuple(r.shape)}"
-        o64, r64 = o.detach().double().cpu(), r.detach().double().cpu()
-        nan_o, nan_r = torch.isnan(o64), torch.isnan(r64)
-        ok = (nan_o == nan_r) & (nan_r | ((o64 - r64).abs() <= TOL + TOL * r64.abs()))
+        ok = within_tolerance(o, r)
         if not bool(ok.all()):
-            bad = (~ok).nonzero()[0].tolist()
-            return False, (f"output {g}: {int((~ok).sum())} of {ok.numel()} elements off; first at {bad}: "
-                           f"got {o64[tuple(bad)].item()}, want {r64[tuple(bad)].item()}")
+            bad = tuple((~ok).nonzero()[0].tolist())
+            return False, (f"output {g}: {int((~ok).sum())} of {ok.numel()} elements off; first at {list(bad)}: "
+                           f"got {o[bad].item()}, want {r[bad].item()}")
     return True, ""
 
 

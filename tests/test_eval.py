@@ -6,9 +6,11 @@ import io
 import math
 
 import pytest
+import torch
 
 from nvfp4_kernels import eval as ev
 from nvfp4_kernels import tasks
+from nvfp4_kernels.testing import within_tolerance
 from nvfp4_kernels.timing import geomean, should_stop, stats
 
 SPEC = """\
@@ -19,6 +21,16 @@ tests:
 benchmarks:
   - {"m": 128, "n": 256, "k": 256, "l": 1, "seed": 1111}
 """
+
+
+def test_within_tolerance_is_the_competition_rule():
+    """1e-3 + 1e-3 |ref|; NaN only against NaN; an infinity only against itself."""
+    nan, inf = float("nan"), float("inf")
+    ref = torch.tensor([1000.0, 0.0, nan, inf, -inf, 5.0, 2.0]).half()
+    out = torch.tensor([1001.0, 0.0009765625, nan, inf, -inf, 5.0, 2.0]).half()
+    assert within_tolerance(out, ref).tolist() == [True] * 7
+    bad = torch.tensor([1002.0, 0.0029296875, 1.0, 60000.0, inf, nan, inf]).half()
+    assert within_tolerance(bad, ref).tolist() == [False] * 7
 
 
 def test_stats_match_the_harness_formulas():
