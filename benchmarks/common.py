@@ -55,8 +55,6 @@ def cpu_time(fn, arg_sets, reps=1) -> float:
     return statistics.median(best)
 
 
-
-
 def pyplot():
     """matplotlib.pyplot with a file backend, or None (and a note) when matplotlib is missing."""
     try:
