@@ -32,7 +32,9 @@ def competition(op):
 
 LARGE = [(512, 4096, 7168), (1024, 7168, 2048), (1024, 16384, 4096), (4096, 4096, 4096), (4096, 2048, 16384),
          (8192, 8192, 8192)]
-SMALL_M = [(1, 7168, 16384), (8, 7168, 16384), (32, 4096, 7168), (64, 7168, 2048)]
+SMALL_M = [(1, 7168, 16384), (8, 7168, 16384), (16, 7168, 16384), (32, 4096, 7168), (64, 7168, 2048),
+           (64, 7168, 16384)]
+SMALL_M_DUAL = [(8, 4096, 7168), (64, 4096, 7168)]
 
 
 def nbytes(m, n, k, nb):
@@ -40,7 +42,20 @@ def nbytes(m, n, k, nb):
     return (m + nb * n) * k * 9 // 16 + 2 * m * n
 
 
-def run(ops, quick, json_path=None, png_path=None):
+def shapes_for(op, which):
+    """which: "all", "quick" (competition shapes), "small" (small M only) or a list of (M, N, K)."""
+    if not isinstance(which, str):
+        return which
+    name = "gemm" if op == "gemm" else "dual_gemm"
+    small = SMALL_M if op == "gemm" else SMALL_M_DUAL
+    if which == "small":
+        return small
+    if which == "quick":
+        return competition(name)
+    return competition(name) + (LARGE if op == "gemm" else LARGE[:3]) + small
+
+
+def run(ops, which, json_path=None, png_path=None):
     ceil = measure_ceilings()
     flush = L2Flush()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -52,7 +67,7 @@ def run(ops, quick, json_path=None, png_path=None):
     gen = torch.Generator(device="cuda").manual_seed(0)
     for op in ops:
         name = "gemm" if op == "gemm" else "dual_gemm"
-        shapes = competition(name) + ([] if quick else (LARGE + SMALL_M if op == "gemm" else LARGE[:3]))
+        shapes = shapes_for(op, which)
         nb = 1 if op == "gemm" else 2
         for m, n, k in shapes:
             size = nbytes(m, n, k, nb)
@@ -94,7 +109,8 @@ def run(ops, quick, json_path=None, png_path=None):
                   f"{row['sol_us']:8.1f} {row['frac_sol']:5.2f} {row['bf16_us']:8.1f} {row['speedup']:7.2f}"
                   f"{'' if ok else '  WRONG'}", flush=True)
         comp = [r["frac_sol"] for r in rows if r["op"] == op and r["competition"]]
-        print(f"{op} competition shapes: min frac {min(comp):.3f}, geomean {geomean(comp):.3f}")
+        if comp:
+            print(f"{op} competition shapes: min frac {min(comp):.3f}, geomean {geomean(comp):.3f}")
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"device": ceil.device, "bandwidth": ceil.bandwidth, "fp16_rate": ceil.fp16_rate,
@@ -153,13 +169,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--op", nargs="*", default=["gemm", "dual"], choices=["gemm", "dual"])
     ap.add_argument("--quick", action="store_true", help="competition shapes only")
+    ap.add_argument("--small", action="store_true", help="small-M shapes only")
+    ap.add_argument("--shapes", nargs="+", metavar="MxNxK", help="only these shapes")
     ap.add_argument("--json")
     ap.add_argument("--png")
     ap.add_argument("--k-sweep", action="store_true", help="only: time against K at M=128, N=7168")
     args = ap.parse_args(argv)
     if args.k_sweep:
         return k_sweep()
-    run(args.op, args.quick, args.json, args.png)
+    which = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes] if args.shapes else (
+        "quick" if args.quick else "small" if args.small else "all")
+    run(args.op, which, args.json, args.png)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ both scale layouts, dual and grouped. On a Hopper GPU each test also asserts,
 through the profiler, that the wgmma kernel ran (and not the SIMT fallback);
 elsewhere the same cases check the other paths (CPU included)."""
 
+import re
+
 import pytest
 import torch
 
@@ -26,6 +28,9 @@ SHAPES = [
     (2, 300, 129, 2048),
     (None, 256, 384, 640),
     (2, 1, 300, 1024),
+    (None, 33, 513, 4096),  # the 64-row activation tile, split-K
+    (2, 20, 256, 2048),  # the 32-row activation tile, batched, split-K
+    (3, 12, 129, 1024),  # the 32-row activation tile, batched, tails
 ]
 
 
@@ -77,6 +82,7 @@ GROUPS = [
     [(1, 64, 64), (40, 128, 256), (384, 96, 512), (129, 200, 1088), (7, 1, 64)],
     [(80, 4096 // 16, 7168 // 8), (176, 4096 // 16, 7168 // 8), (248, 4096 // 16, 7168 // 8)],
     [(m, 33, 64 * (1 + m % 3)) for m in range(1, 20)],  # more groups than one launch takes
+    [(64, 300, 1024), (2, 256, 4096), (33, 129, 128)],  # the 64-row activation tile
 ]
 
 
@@ -104,6 +110,16 @@ def test_fallbacks_on_hopper(gen):
     assert not any("matmul_sm90_kernel" in n for n in names), names
     ref = reference.gemm(a_data, b_data, a_sf, b_sf)
     assert_matches(out, ref, "gemm misaligned slice K=128 on cuda")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("m,tile", [(2, 32), (32, 32), (33, 64), (64, 64), (65, 128)])
+def test_activation_tile(gen, m, tile):
+    """The tensor-core kernel takes the smallest activation tile that holds M."""
+    a, b = gemm_problem(None, m, 256, 1024, gen, "cuda")
+    out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
+    assert any(re.search(rf"matmul_sm90_kernel<false, {tile}>", n) for n in names), names
+    assert_matches(out, ref_gemm(a, b), f"gemm M={m} on cuda")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")

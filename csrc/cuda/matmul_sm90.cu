@@ -7,12 +7,14 @@
  * its own fragment from fp4; the activations A (m x k) are wgmma's
  * shared-memory B operand, decoded once per CTA and K step into a fp16 tile.
  *
- * CTA = 384 threads = 3 warpgroups; tile = 256 weight rows x 128 activation
- * rows; K step 64. Dual: weight rows 0-127 are B1's, 128-255 the same rows of
- * B2, so each activation tile feeds both products.
+ * CTA = 384 threads = 3 warpgroups; tile = 256 weight rows x TM activation
+ * rows (TM = 128; 64 or 32 when every problem of the launch has M <= 64 or
+ * <= 32, see "Small M" below); K step 64. Dual: weight rows 0-127 are B1's,
+ * 128-255 the same rows of B2, so each activation tile feeds both products.
  *   warpgroup 0, producer (72 registers): cp.async of raw fp4 rows and scales
  *     into a 6-slot ring (mbarrier per slot); decode of the activation rows
- *     into a 4-slot ring of fp16 tiles (128-byte swizzle).
+ *     into a 4-slot ring of fp16 tiles (128-byte swizzle), 128 / TM threads
+ *     per row.
  *   warpgroups 1 and 2, consumers (208 registers): 128 weight rows each
  *     (2 x 64 fp32 accumulators of 64 x 128), every K step. They take turns
  *     on the tensor cores (named barriers order their wgmma issue): one
@@ -43,6 +45,17 @@
  * activation and 256 x 64 weight values (~17 instructions per 8) and the
  * loop's loads, barriers and addressing. The 128 x 128 tile of the previous
  * version needed ~115% of its slots (Nsight: 50% of peak); this one ~80%.
+ *
+ * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
+ * 7168x16384 moves 66 MB (15.6 us at 4.24 TB/s) for 1.9 GFLOP. A 128-row
+ * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
+ * (wgmma m64n32k16 / m64n64k16), with no turns (the wgmma are short) and a
+ * deeper raw ring (8 or 10 slots). Then the step (256 weight rows x 64 K) is
+ * bound by the weight decode in the consumers' ALU pipes, ~270 instructions
+ * per warp and step, about half of them decode: ~0.6 us per step on an H200,
+ * ~17 GB/s per SM against the 32 GB/s streaming needs. (Measured not to move
+ * it: TMA copies instead of cp.async, 4 consumer warpgroups, mma.sync on 8-
+ * and 16-row tiles, decoding the next step during the wgmma; PERF.md.)
  */
 #include "common.cuh"
 #include "ptx_sm90.cuh"
@@ -50,27 +63,31 @@
 namespace {
 
 constexpr int THREADS = 384; /* warpgroup 0 produces, 1 and 2 consume         */
-constexpr int TILE_M = 128;  /* activation rows per CTA (wgmma N)                 */
 constexpr int TILE_R = 256;  /* weight rows per CTA (2 x 128; dual: 128 of B1 + B2) */
 constexpr int KSTEP = 64;
-constexpr int STAGES = 6;    /* raw fp4 ring                                      */
 constexpr int NA16 = 4;      /* fp16 A tile ring                                  */
 constexpr int MAX_SPLIT = 8; /* portable cluster size                             */
-
-
-/* Shared memory, from a 1024-byte aligned base. Raw rows are 32 bytes (64
- * fp4); chunk j of row r sits at 16 * (j ^ ((r / 4) & 1)), which keeps both
- * the 16-byte decode reads and the 8-byte fragment reads conflict-free. */
-constexpr int A16_BYTES = TILE_M * KSTEP * 2; /* one fp16 A tile: 16 KB */
-constexpr int RAW_A = 0, RAW_B = RAW_A + TILE_M * 32, RAW_SFA = RAW_B + TILE_R * 32, RAW_SFB = RAW_SFA + TILE_M * 4;
-constexpr int STAGE_BYTES = RAW_SFB + TILE_R * 4;
-constexpr int RAW_BASE = NA16 * A16_BYTES;
-constexpr int BAR_BASE = RAW_BASE + STAGES * STAGE_BYTES; /* 8-byte mbarriers */
-constexpr int MAIN_BYTES = BAR_BASE + 8 * (2 * STAGES + 2 * NA16);
 constexpr int PART_PITCH = TILE_R + 4; /* floats per row of the epilogue's fp32 [m][r] tile */
-constexpr int PART_BYTES = TILE_M * PART_PITCH * 4;
-static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
-constexpr int SMEM_BYTES = MAIN_BYTES + 1024;
+
+/* Shared memory of a tile of TM activation rows (TM = 128, 64 or 32: the
+ * wgmma N), from a 1024-byte aligned base. Raw rows are 32 bytes (64 fp4);
+ * chunk j of row r sits at 16 * (j ^ ((r / 4) & 1)), which keeps both the
+ * 16-byte decode reads and the 8-byte fragment reads conflict-free. The
+ * smaller tiles keep more raw stages in flight. */
+template <int TM>
+struct Layout {
+  static_assert(TM == 128 || TM == 64 || TM == 32, "activation tile of 128, 64 or 32 rows");
+  static constexpr int STAGES = TM == 128 ? 6 : TM == 64 ? 8 : 10; /* raw fp4 ring */
+  static constexpr int A16_BYTES = TM * KSTEP * 2;                /* one fp16 A tile */
+  static constexpr int RAW_A = 0, RAW_B = RAW_A + TM * 32, RAW_SFA = RAW_B + TILE_R * 32, RAW_SFB = RAW_SFA + TM * 4;
+  static constexpr int STAGE_BYTES = RAW_SFB + TILE_R * 4;
+  static constexpr int RAW_BASE = NA16 * A16_BYTES;
+  static constexpr int BAR_BASE = RAW_BASE + STAGES * STAGE_BYTES; /* 8-byte mbarriers */
+  static constexpr int MAIN_BYTES = BAR_BASE + 8 * (2 * STAGES + 2 * NA16);
+  static constexpr int PART_BYTES = TM * PART_PITCH * 4;
+  static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
+  static constexpr int SMEM_BYTES = MAIN_BYTES + 1024;
+};
 
 #if NVFP4_SM90A
 /* Sum of the float4 at `addr` in CTAs 0..split-1 of the cluster, in rank
@@ -88,9 +105,12 @@ __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
 }
 #endif
 
-template <bool DUAL>
+template <bool DUAL, int TM>
 __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split) {
 #if NVFP4_SM90A
+  using L = Layout<TM>;
+  constexpr int STAGES = L::STAGES, A16_BYTES = L::A16_BYTES, RAW_BASE = L::RAW_BASE, STAGE_BYTES = L::STAGE_BYTES;
+  constexpr int RAW_A = L::RAW_A, RAW_B = L::RAW_B, RAW_SFA = L::RAW_SFA, RAW_SFB = L::RAW_SFB;
   extern __shared__ uint8_t smem_dyn[];
   const uint32_t dyn_addr = (uint32_t)__cvta_generic_to_shared(smem_dyn);
   uint8_t *smem = smem_dyn + ((1024 - (dyn_addr & 1023)) & 1023);
@@ -100,7 +120,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   constexpr int PRODUCER_REGS = 72, CONSUMER_REGS = 208;
   /* raw slot landed / read by the consumers; fp16 tile written / read by wgmma */
   constexpr int BAR_FULL = 0, BAR_EMPTY = STAGES, BAR_A16_FULL = 2 * STAGES, BAR_A16_EMPTY = 2 * STAGES + NA16;
-  auto bar = [&](int i) { return smem_addr + BAR_BASE + 8 * i; };
+  auto bar = [&](int i) { return smem_addr + L::BAR_BASE + 8 * i; };
   auto raw_chunk = [](int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); };
 
   const int rank = (int)(blockIdx.x % (unsigned)split);
@@ -109,9 +129,9 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R; /* output columns (n) per tile */
   /* 32-bit tile arithmetic (the launch has < 2^31 tiles): 64-bit divisions
    * are subroutine calls */
-  const int tiles_m = (int)((p.m + TILE_M - 1) / TILE_M), tiles_n = (int)((p.n + OUT_COLS - 1) / OUT_COLS);
+  const int tiles_m = (int)((p.m + TM - 1) / TM), tiles_n = (int)((p.n + OUT_COLS - 1) / OUT_COLS);
   const int tile32 = (int)tile, l = tile32 / (tiles_m * tiles_n), in_batch = tile32 % (tiles_m * tiles_n);
-  const int64_t n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = (int64_t)(in_batch % tiles_m) * TILE_M;
+  const int64_t n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = (int64_t)(in_batch % tiles_m) * TM;
   const int ksteps = (int)(p.k / KSTEP);
   const int kbeg = (int)((int64_t)ksteps * rank / split);
   const int steps = (int)((int64_t)ksteps * (rank + 1) / split) - kbeg;
@@ -142,14 +162,19 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
      * Rows past the end copy the last row (clamped): their products land only
      * in output rows and columns that are never stored. */
     const int r = tid, half = tid & 1, pr = tid >> 1;
+    /* the activation decode: TPR threads per row, BPT scale blocks (16
+     * values) each, blocks t0 .. t0 + BPT - 1 of row ar */
+    constexpr int TPR = 128 / TM, BPT = 4 / TPR;
+    const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
     const int64_t k_blocks = p.k / 16;
     auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
     /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
      * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
     auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
-    const uint8_t *a_src[2];
+    constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
+    const uint8_t *a_src[A_COPIES];
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < A_COPIES; i++)
       a_src[i] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * i, p.m) * p.a.row_stride + 16 * half;
     const uint8_t *b_src[4];
 #pragma unroll
@@ -176,10 +201,11 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
       const int kk = (kbeg + ks) * 32;
 #pragma unroll
-      for (int i = 0; i < 2; i++) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
+      for (int i = 0; i < A_COPIES; i++)
+        if (TM >= 64 || pr < TM) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
 #pragma unroll
       for (int i = 0; i < 4; i++) cp_async_16(st + RAW_B + raw_chunk(pr + 64 * i, half), b_src[i] + kk, 16);
-      cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+      if (TM == 128 || r < TM) cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
 #pragma unroll
       for (int i = 0; i < 2; i++) cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
       cp_async_mbar_arrive(bar(BAR_FULL + slot));
@@ -193,24 +219,46 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
       if (j >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((j / NA16) - 1) & 1);
       const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-      const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(r, 0));
-      const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(r, 1));
-      const uint32_t sf4 = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + r * 4);
-      const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sf4 & 0xFFFFu), s23 = nvfp4_e4m3x2_to_half2_x128(sf4 >> 16);
-      const uint32_t s[4] = {prmt(s01, s01, 0x1010), prmt(s01, s01, 0x3232), prmt(s23, s23, 0x1010),
-                             prmt(s23, s23, 0x3232)};
-      /* word (t, h) = fp4 bytes 8t + 4h .. 8t + 4h + 3 (scale block t); its
-       * pair i goes to k16 step i, positions 8h + 2t: chunk 2i + h, word t */
-      const uint32_t w[2][4] = {{c0.x, c0.z, c1.x, c1.z}, {c0.y, c0.w, c1.y, c1.w}};
-      uint8_t *a16 = smem + buf * A16_BYTES + r * 128;
+      /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
+       * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
+       * chunk 2i + h, word t of the row's fp16 tile */
+      uint32_t w[2][BPT];
+      if constexpr (BPT == 4) {
+        const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
+        const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
+        w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
+        w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
+      } else if constexpr (BPT == 2) {
+        const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
+        w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
+      } else {
+        const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
+        w[0][0] = c.x, w[1][0] = c.y;
+      }
+      const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
+      uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
+      if constexpr (BPT == 1) {
+        sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
+      } else {
+#pragma unroll
+        for (int q = 0; q < BPT; q += 2) {
+          const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
+          sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
+        }
+      }
+      uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        uint32_t d[4][4];
+        uint32_t d[BPT][4];
 #pragma unroll
-        for (int q = 0; q < 4; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], s[q], d[q]);
+        for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-          *reinterpret_cast<uint4 *>(a16 + 16 * ((2 * i + h) ^ (r & 7))) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
+        for (int i = 0; i < 4; i++) {
+          uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
+          if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
+          else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
+          else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
+        }
       }
       fence_proxy_async_smem();
       mbar_arrive(bar(BAR_A16_FULL + buf));
@@ -240,9 +288,14 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
      * rows 128 wg + 64 hf + 16 w + g (+ 8). */
     setmaxnreg_inc<CONSUMER_REGS>();
     const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
-    float acc[2][64]; /* [half of the warpgroup's rows][wgmma accumulator] */
+    float acc[2][TM / 2]; /* [half of the warpgroup's rows][wgmma accumulator] */
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[0][i] = acc[1][i] = 0.f;
+    for (int i = 0; i < TM / 2; i++) acc[0][i] = acc[1][i] = 0.f;
+    /* The 128-row tile's warpgroups take turns on the tensor cores (named
+     * barriers 2 and 3 order their wgmma issue): one decodes its next
+     * fragments while the other's 8 wgmma run. The smaller tiles do not: see
+     * "Small M" above. */
+    constexpr bool PING_PONG = TM == 128;
     for (int j = 0; j < steps; j++) {
       const int slot = j % STAGES, buf = j % NA16;
       mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
@@ -281,17 +334,21 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       for (int s = 0; s < 4; s++) desc[s] = wgmma_desc_sw128(smem_addr + buf * A16_BYTES + 32 * s);
       mbar_wait(bar(BAR_A16_FULL + buf), (j / NA16) & 1);
       /* turn order: warpgroup 0 issues step j after 1 issued step j-1, 1 after 0 issued j */
-      if (wg == 1) named_barrier_sync(2, 256);
-      else if (j > 0) named_barrier_sync(3, 256);
+      if (PING_PONG) {
+        if (wg == 1) named_barrier_sync(2, 256);
+        else if (j > 0) named_barrier_sync(3, 256);
+      }
       wgmma_fence();
 #pragma unroll
       for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-        for (int s = 0; s < 4; s++) wgmma_m64n128k16_rs(acc[hf], f[hf][s], desc[s]);
+        for (int s = 0; s < 4; s++) wgmma_rs<TM>(acc[hf], f[hf][s], desc[s]);
       wgmma_commit();
       NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
-      if (wg == 0) named_barrier_arrive(2, 256);
-      else if (j + 1 < steps) named_barrier_arrive(3, 256);
+      if (PING_PONG) {
+        if (wg == 0) named_barrier_arrive(2, 256);
+        else if (j + 1 < steps) named_barrier_arrive(3, 256);
+      }
       wgmma_wait<0>();
       if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
     }
@@ -308,7 +365,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 #pragma unroll
     for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-      for (int b = 0; b < 16; b++)
+      for (int b = 0; b < TM / 8; b++)
 #pragma unroll
         for (int rr = 0; rr < 2; rr++)
 #pragma unroll
@@ -321,7 +378,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 
     /* ---- epilogue, second half (consumers: the producer's registers are
      * few): this CTA's share of the tile's rows, partials summed in rank order */
-    const int mr0 = TILE_M * rank / split, mr1 = TILE_M * (rank + 1) / split;
+    const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
     constexpr int VECS = OUT_COLS / 4;
     const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
     uint16_t *c = p.c + l * p.c_batch_stride;
@@ -370,12 +427,13 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 /* A launch of `ctas` CTAs in clusters of `split` (attr: storage for the
  * attributes the config points to: the cluster shape, and with `pdl` the
  * programmatic dependent launch of common.cuh). */
+template <int TM>
 cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, cudaLaunchAttribute (&attr)[2],
                                  bool pdl) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)ctas);
   cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.dynamicSmemBytes = Layout<TM>::SMEM_BYTES;
   cfg.stream = stream;
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = (unsigned)split;
@@ -389,14 +447,14 @@ cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, c
 
 /* Clusters of `split` CTAs that fit on the device at once (a cluster must sit
  * in one GPC: on an H200, 30 clusters of 4 but 66 of 2), per device. */
-template <bool DUAL>
+template <bool DUAL, int TM>
 int max_clusters(int split, const DeviceInfo &dev) {
   static int cache[64][MAX_SPLIT + 1] = {};
   int &n = cache[dev.id][split];
   if (!n) {
     cudaLaunchAttribute attr[2];
-    const cudaLaunchConfig_t cfg = launch_config(split * dev.sms, split, nullptr, attr, false);
-    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL>, &cfg) != cudaSuccess || n < 1) {
+    const cudaLaunchConfig_t cfg = launch_config<TM>(split * dev.sms, split, nullptr, attr, false);
+    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL, TM>, &cfg) != cudaSuccess || n < 1) {
       cudaGetLastError(); /* clear it: the split is then simply not chosen */
       n = -1;
     }
@@ -405,38 +463,62 @@ int max_clusters(int split, const DeviceInfo &dev) {
 }
 
 /* The split of K: the cost, in K steps of one CTA, is the waves of clusters
- * that the tiles need times the steps per CTA, plus ~3 steps of pipeline fill
- * and epilogue per wave. Ties go to the smaller split. */
-template <bool DUAL>
+ * that the tiles need times the steps per CTA, plus the pipeline fill and
+ * epilogue per wave (~3 steps of the 128-row tile; the smaller tiles' steps
+ * are shorter, so the same time is more of them). Ties go to the smaller
+ * split. */
+template <bool DUAL, int TM>
 int choose_split(int64_t tiles, int64_t ksteps, const DeviceInfo &dev) {
+  constexpr double FILL_STEPS = TM == 128 ? 3.0 : 8.0;
   int best = 1;
   double best_cost = 1e30;
   for (int s = 1; s <= MAX_SPLIT; s++) {
     if (s > 1 && ksteps / s < 4) break;
-    const int fit = max_clusters<DUAL>(s, dev);
+    const int fit = max_clusters<DUAL, TM>(s, dev);
     if (fit < 1) continue;
     const double waves = (double)((tiles + fit - 1) / fit);
-    const double cost = waves * ((double)((ksteps + s - 1) / s) + 3.0);
+    const double cost = waves * ((double)((ksteps + s - 1) / s) + FILL_STEPS);
     if (cost < best_cost * 0.97) best = s, best_cost = cost;
   }
   return best;
 }
 
-template <bool DUAL>
+template <bool DUAL, int TM>
 cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStream_t stream) {
-  auto kernel = matmul_sm90_kernel<DUAL>;
+  auto kernel = matmul_sm90_kernel<DUAL, TM>;
   const DeviceInfo &dev = device_info();
   static bool configured[64] = {};
   if (dev.id >= 64) return cudaErrorInvalidDevice;
   if (!configured[dev.id]) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<TM>::SMEM_BYTES);
     if (e != cudaSuccess) return e;
     configured[dev.id] = true;
   }
-  const int split = choose_split<DUAL>(tiles, ksteps, dev);
+  const int split = choose_split<DUAL, TM>(tiles, ksteps, dev);
   cudaLaunchAttribute attr[2];
-  const cudaLaunchConfig_t cfg = launch_config(tiles * split, split, stream, attr, true);
+  const cudaLaunchConfig_t cfg = launch_config<TM>(tiles * split, split, stream, attr, true);
   return cudaLaunchKernelEx(&cfg, kernel, t, split);
+}
+
+/* One launch of the tile of TM activation rows over problems[0, count). */
+template <int TM>
+cudaError_t launch_tiles(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+  const bool dual = problems[0].b2.data != nullptr;
+  const int64_t out_cols = dual ? TILE_R / 2 : TILE_R;
+  MatmulTable t;
+  int64_t tiles = 0, ksteps = 0;
+  for (int g = 0; g < count; g++) {
+    const nvfp4_matmul &p = problems[g];
+    t.p[g] = p;
+    t.tile_start[g] = (int32_t)tiles;
+    tiles += ((p.m + TM - 1) / TM) * ((p.n + out_cols - 1) / out_cols) * p.batch;
+    if (p.m && p.n && p.batch && p.k / KSTEP > ksteps) ksteps = p.k / KSTEP;
+  }
+  t.tile_start[count] = (int32_t)tiles;
+  t.count = count;
+  if (tiles == 0) return cudaSuccess;
+  if (tiles * MAX_SPLIT > INT32_MAX) return cudaErrorInvalidConfiguration;
+  return dual ? launch<true, TM>(t, tiles, ksteps, stream) : launch<false, TM>(t, tiles, ksteps, stream);
 }
 
 }  // namespace
@@ -457,22 +539,13 @@ bool matmul_sm90_supported(const nvfp4_matmul &p) {
 }
 
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
- * matmul_sm90_supported. One launch; empty problems get no tiles. */
+ * matmul_sm90_supported. One launch; empty problems get no tiles. The
+ * activation tile is the smallest of 32, 64, 128 rows that holds the largest
+ * M (small M: a decode step's batch). */
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
-  const bool dual = problems[0].b2.data != nullptr;
-  const int64_t out_cols = dual ? TILE_R / 2 : TILE_R;
-  MatmulTable t;
-  int64_t tiles = 0, ksteps = 0;
-  for (int g = 0; g < count; g++) {
-    const nvfp4_matmul &p = problems[g];
-    t.p[g] = p;
-    t.tile_start[g] = (int32_t)tiles;
-    tiles += ((p.m + TILE_M - 1) / TILE_M) * ((p.n + out_cols - 1) / out_cols) * p.batch;
-    if (p.m && p.n && p.batch && p.k / KSTEP > ksteps) ksteps = p.k / KSTEP;
-  }
-  t.tile_start[count] = (int32_t)tiles;
-  t.count = count;
-  if (tiles == 0) return cudaSuccess;
-  if (tiles * MAX_SPLIT > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return dual ? launch<true>(t, tiles, ksteps, stream) : launch<false>(t, tiles, ksteps, stream);
+  int64_t max_m = 0;
+  for (int g = 0; g < count; g++) max_m = problems[g].m > max_m ? problems[g].m : max_m;
+  if (max_m <= 32) return launch_tiles<32>(problems, count, stream);
+  if (max_m <= 64) return launch_tiles<64>(problems, count, stream);
+  return launch_tiles<128>(problems, count, stream);
 }
