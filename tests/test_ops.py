@@ -42,6 +42,17 @@ def test_gemv_odd_shapes(device, gen, m, k, L):
     assert_matches(out, ref_gemv(a, b), f"gemv L={L} M={m} K={k} layouts={lay} on {device}")
 
 
+@pytest.mark.parametrize("L,m,k", [(None, 2177, 256), (3, 1500, 512)])
+def test_gemv_row_quads(device, gen, L, m, k):
+    """Blocked scales with enough rows for half a wave of warps (>= 8 x 132 / 2
+    row sets on an H200): the GEMV takes rows r, r+32, r+64, r+96 of an atom
+    together (csrc/cuda/gemv.cu, RowSets). M is not a multiple of 128."""
+    a, b = gemv_problem(L, m, k, gen, device, ("blocked", "linear"))
+    out = poisoned((*([L] if L else []), m), device)
+    nk.gemv(a.data, b.data, a.sf, b.sf, out=out)
+    assert_matches(out, ref_gemv(a, b), f"gemv L={L} M={m} K={k} blocked on {device}")
+
+
 @pytest.mark.parametrize("L", [None, 2])
 @pytest.mark.parametrize("k", (16, 1040))
 @pytest.mark.parametrize("n", ODD)

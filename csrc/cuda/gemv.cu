@@ -9,8 +9,9 @@
  * (v2 measured 4.3 per code at 69% issue-slot use: issue-bound).
  *
  * Dataflow. Persistent CTAs of 8 warps. A warp streams rows: LPR lanes per row
- * (32 / LPR rows at once), each lane one 16-byte chunk (32 codes) per step, so
- * every copy instruction of a warp is one contiguous run. Every thread copies
+ * (32 / LPR rows at once, a row set; with blocked scales, rows 32 apart so
+ * their scale words are adjacent: RowSets), each lane one 16-byte chunk (32
+ * codes) per step, so every copy instruction covers whole runs of a row. Every thread copies
  * exactly what it will consume, so the pipeline is private to the thread: no
  * barrier in the main loop.
  *
@@ -54,6 +55,22 @@ struct GemvSmem {
   }
 };
 
+/* Row sets. A warp works on RPW rows at once, a "row set". Normally set i is
+ * rows RPW i .. RPW i + RPW - 1. With blocked scales and 8 lanes per row the
+ * 4 rows of a set are r, r + 32, r + 64, r + 96 of one 128-row atom (set i:
+ * atom i / 32, r = i % 32): their 4-byte scale words are one contiguous 16
+ * bytes, so a warp's scale copy touches 4 sectors instead of one per lane
+ * pair (16 with a whole row per warp). */
+template <int SFA_LAYOUT, int LPR>
+struct RowSets {
+  static constexpr int RPW = 32 / LPR;
+  static constexpr bool QUADS = SFA_LAYOUT == NVFP4_SF_BLOCKED && RPW == 4;
+  __host__ __device__ static int64_t count(int64_t m) { return QUADS ? (m + 127) / 128 * 32 : (m + RPW - 1) / RPW; }
+  __host__ __device__ static int64_t row(int64_t set, int g) {
+    return QUADS ? (set >> 5) * 128 + (set & 31) + 32 * g : set * RPW + g;
+  }
+};
+
 /* sum over 16 codes of 2a * 2b: A's two words against b's four int8x4 words. */
 __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint4 b, uint32_t mag) {
   uint32_t p0, p1, n0, n1;
@@ -68,7 +85,6 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint4 b, uint32_t
 
 template <int SFA_LAYOUT, int LPR>
 __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base) {
-  constexpr int RPW = 32 / LPR;        // rows per warp at once
   constexpr int SPAN = LPR;            // chunks of a row per step: one per lane
   extern __shared__ __align__(16) uint8_t smem[];
   const GemvSmem plan(p.k);
@@ -80,10 +96,11 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const int64_t l = l_base + blockIdx.y;
   const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
   // Row sets strided over the grid (contiguous runs of rows per warp measured no faster).
-  const int64_t row_stride = (int64_t)gridDim.x * WARPS * RPW;  // rows between a warp's row sets
-  const int64_t row_first = ((int64_t)blockIdx.x * WARPS + warp) * RPW;
+  using Sets = RowSets<SFA_LAYOUT, LPR>;
+  const int64_t set_stride = (int64_t)gridDim.x * WARPS, set_first = (int64_t)blockIdx.x * WARPS + warp;
+  const int64_t sets = Sets::count(p.m);
   // Warps past the last row still help decode the vector and meet the barrier.
-  const int row_sets = row_first < p.m ? (int)((p.m - row_first + row_stride - 1) / row_stride) : 0;
+  const int row_sets = set_first < sets ? (int)((sets - set_first + set_stride - 1) / set_stride) : 0;
   const int items = row_sets * steps;  // this thread's sequence of (row, step)
   NVFP4_TRACE_POINT(tid == 0, 0);
   pdl_wait();  // common.cuh: nothing global is touched before this
@@ -97,7 +114,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
   const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
   int p_step = 0;
-  int64_t p_row = row_first + g;
+  int64_t p_set = set_first, p_row = Sets::row(p_set, g);
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
   auto rebase = [&]() {
     const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
@@ -113,7 +130,8 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
     p_a += 16 * SPAN, p_sf += sf_step;
     if (++p_step == steps) {
       p_step = 0;
-      p_row += row_stride;
+      p_set += set_stride;
+      p_row = Sets::row(p_set, g);
       rebase();
     }
   };
@@ -157,7 +175,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   uint16_t *c_batch = p.c + l * p.c_batch_stride;
   float acc = 0.f;
   int step = 0;
-  int64_t row = row_first + g;
+  int64_t set = set_first, row = Sets::row(set, g);
   // This lane's place in the vector's layout; moves by one step's worth per step.
   const uint4 *b_step = b8 + q;
   const float2 *sb_step = sb + q;
@@ -193,7 +211,8 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
         for (int off = LPR / 2; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
         if (q == 0 && row < p.m) store_half(c_batch + row * p.c_row_stride, acc * alpha);
         acc = 0.f;
-        row += row_stride;
+        set += set_stride;
+        row = Sets::row(set, g);
       }
     }
   }
@@ -227,10 +246,10 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
   }
   // CTAs per batch: as many as fit, then as few as give every warp the same
   // number of row sets.
-  const int64_t rows_per_cta = (int64_t)WARPS * (32 / LPR);
+  const int64_t sets = RowSets<SFA, LPR>::count(p.m);
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
-  const int64_t row_sets = (p.m + rows_per_cta * max_ctas - 1) / (rows_per_cta * max_ctas);
-  const int64_t ctas = (p.m + rows_per_cta * row_sets - 1) / (rows_per_cta * row_sets);
+  const int64_t row_sets = (sets + WARPS * max_ctas - 1) / (WARPS * max_ctas);
+  const int64_t ctas = (sets + WARPS * row_sets - 1) / (WARPS * row_sets);
   // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
   // while the previous one in the stream ends.
   cudaLaunchAttribute attr = pdl_attribute();
@@ -249,14 +268,21 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-/* LPR: the largest power of two <= 32 dividing the chunk count (even, as
- * K % 64 == 0); one chunk per lane per step. Two adjacent chunks per lane
+/* LPR: blocked scales take 8 when it divides the chunk count and the row
+ * quads (RowSets) give at least half a wave of warps work (H200, blocked:
+ * 4096 x 7168 with quads 11.9 us, 13.7 without; 1000 x 7168 10.8 and 7.7);
+ * otherwise (and for linear scales) the largest power of two <= 32 dividing
+ * the chunk count (even, as K % 64 == 0), which spreads small M over 4x the
+ * warps. One chunk per lane per step. Two adjacent chunks per lane
  * measured slower on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte
  * copy instruction then touches half of every 32-byte sector, doubling the L2
  * requests. */
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t chunks = p.k / 32;
+  if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
+      2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS * device_info().sms)
+    return launch<SFA, 8>(p, stream);
   if (chunks % 32 == 0) return launch<SFA, 32>(p, stream);
   if (chunks % 16 == 0) return launch<SFA, 16>(p, stream);
   if (chunks % 8 == 0) return launch<SFA, 8>(p, stream);
