@@ -11,9 +11,9 @@
  * Dataflow. Persistent CTAs of 8 warps. A warp streams rows: LPR lanes per row
  * (32 / LPR rows at once, a row set; with blocked scales, rows 32 apart so
  * their scale words are adjacent: RowSets), each lane one 16-byte chunk (32
- * codes) per step, so every copy instruction covers whole runs of a row. Every thread copies
- * exactly what it will consume, so the pipeline is private to the thread: no
- * barrier in the main loop.
+ * codes) per step, so every copy instruction covers whole runs of a row.
+ * Every thread copies exactly what it will consume, so the pipeline is
+ * private to the thread: no barrier in the main loop.
  *
  *   gmem A + its scales --cp.async, per-thread STAGES-deep ring--> smem
  *   gmem b --once per CTA, decoded--> smem int8 2*b (16-byte planes) + scales / 4
