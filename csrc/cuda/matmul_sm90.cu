@@ -51,8 +51,8 @@
  * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
  * (wgmma m64n32k16 / m64n64k16), with no turns (the wgmma are short) and a
  * deeper raw ring (8 or 10 slots). Then the step (256 weight rows x 64 K) is
- * bound by the weight decode in the consumers' ALU pipes, ~270 instructions
- * per warp and step, about half of them decode: ~0.6 us per step on an H200,
+ * bound by the weight decode in the consumers' ALU pipes, ~235 instructions
+ * per warp and step, ~146 of them decode: ~0.6 us per step on an H200,
  * ~17 GB/s per SM against the 32 GB/s streaming needs. (Measured not to move
  * it: TMA copies instead of cp.async, 4 consumer warpgroups, mma.sync on 8-
  * and 16-row tiles, decoding the next step during the wgmma; PERF.md.)
