@@ -8,9 +8,9 @@ The harness's tensors are batch-last views of batch-first memory
 layout the ops take without a copy. The nvfp4::competition_* ops take the
 harness's tensors as they come and make those views in C++: one op call per
 harness call, since host time is what the harness's back-to-back loop pays
-for. gemv reads the linear scales (its kernel reads them in long runs: 0.60 vs
-0.42 of SOL with the blocked ones, H200, docs/PERF.md); the others read the
-permuted (blocked 128x4) scales, which are on the GPU for every problem (group
+for. gemv reads the linear scales (its kernel reads either layout at the same
+rate since 82ad30f, H200, docs/PERF.md); the others read the permuted
+(blocked 128x4) scales, which are on the GPU for every problem (group
 gemm's linear scales are on the CPU). Results are written into the harness's
 c in place; nothing is allocated, copied or synchronised per call.
 
