@@ -30,6 +30,27 @@ def cuda_time_loop(fn, arg_sets, *, flush: L2Flush, reps=20) -> float:
     return statistics.median(samples)
 
 
+def kernel_time(fn, arg_sets, *, flush: L2Flush, match: str, reps=50) -> float:
+    """Median seconds of one call's GPU kernels whose names contain `match`, as
+    the profiler (CUPTI) records them: the kernels' own run, without the launch
+    latency that events around a single call include (~3.6 us on an H200).
+    Inputs rotate over arg_sets, L2 flushed before each call. nan if no kernel
+    matched."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for args in arg_sets[:3]:
+        fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for r in range(reps):
+            flush()
+            torch.cuda._sleep(SLEEP_CYCLES)
+            fn(*arg_sets[r % len(arg_sets)])
+        torch.cuda.synchronize()
+    us = [e.time_range.elapsed_us() for e in prof.events() if match in e.name]
+    return statistics.median(us) / 1e6 if us else float("nan")
+
+
 def host_time(fn, arg_sets, reps=200) -> float:
     """Median host seconds per call while the GPU is kept busy (launches queue up
     behind a long sleep, so no call waits for the GPU)."""
