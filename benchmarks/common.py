@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -41,13 +42,16 @@ def kernel_time(fn, arg_sets, *, flush: L2Flush, match: str, reps=50) -> float:
     for args in arg_sets[:3]:
         fn(*args)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for r in range(reps):
-            flush()
-            torch.cuda._sleep(SLEEP_CYCLES)
-            fn(*arg_sets[r % len(arg_sets)])
-        torch.cuda.synchronize()
-    us = [e.time_range.elapsed_us() for e in prof.events() if match in e.name]
+    with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for r in range(reps):
+                flush()
+                torch.cuda._sleep(SLEEP_CYCLES)
+                fn(*arg_sets[r % len(arg_sets)])
+            torch.cuda.synchronize()
+        events = prof.events()
+    us = [e.time_range.elapsed_us() for e in events if match in e.name]
     return statistics.median(us) / 1e6 if us else float("nan")
 
 
