@@ -55,12 +55,14 @@ def test_gemv_row_quads(device, gen, L, m, k):
 
 @pytest.mark.parametrize("layouts", [("linear", "linear"), ("blocked", "blocked")])
 @pytest.mark.parametrize("L,m,k", [(None, 7, 16384), (3, 50, 7168), (2, 300, 4096), (1100, 1, 16384),
-                                   (None, 5, 131072)])
+                                   (None, 5, 131072), (None, 5001, 1024)])
 def test_gemv_long_rows_many_batches(device, gen, layouts, L, m, k):
     """GEMV shapes at the edges of how csrc/cuda/gemv.cu deals its work: few
     rows with long K (7 rows of 16384: most warps idle), rows that do not fill a
-    row set or a 128-row atom, many batches of a single row (1100 x 1), and a
-    K whose vector nearly fills shared memory (131072: 160 KB decoded)."""
+    row set or a 128-row atom, many batches of a single row (1100 x 1), a K
+    whose vector nearly fills shared memory (131072: 160 KB decoded), and rows
+    taken in pairs by a full wave of CTAs dealt one set each (5001 rows, linear
+    scales, on a GPU of 80 to 160 SMs)."""
     a, b = gemv_problem(L, m, k, gen, device, layouts)
     out = poisoned((*([L] if L else []), m), device)
     nk.gemv(a.data, b.data, a.sf, b.sf, out=out)

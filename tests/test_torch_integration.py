@@ -123,3 +123,29 @@ def test_non_default_stream(gen):
     assert_matches(out, ref_gemm(a, b), "gemm on a side stream")
     assert_matches(out_v, ref_gemv(a_v, v), "gemv on a side stream")
     assert_matches(out_d, reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf), "dual on a side stream")
+
+
+@needs_cuda
+def test_gemv_launches_back_to_back_on_several_streams(gen):
+    """GEMV launches of different shapes and batch counts back to back on the
+    default stream and two side streams, every output checked (outputs
+    poisoned first). Guards any state a launch leaves for the next one on its
+    stream, such as the run-time work counters tried in session 5 (PERF.md)."""
+    dev = "cuda"
+    shapes = [(None, 300, 1024), (4, 129, 2048), (70, 5, 512), (8, 1000, 4096), (None, 7168, 2048)]
+    problems = [gemv_problem(L, m, k, gen, dev) for L, m, k in shapes]
+    streams = [torch.cuda.current_stream(), torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams[1:]:
+        s.wait_stream(streams[0])
+    runs = []
+    for rep in range(3):
+        for i, (a, b) in enumerate(problems):
+            s = streams[(rep + i) % len(streams)]
+            with torch.cuda.stream(s):
+                out = poisoned((*([shapes[i][0]] if shapes[i][0] else []), shapes[i][1]), dev)
+                nk.gemv(a.data, b.data, a.sf, b.sf, out=out)
+            runs.append((i, rep, out))
+    torch.cuda.synchronize()
+    for i, rep, out in runs:
+        a, b = problems[i]
+        assert_matches(out, ref_gemv(a, b), f"gemv {shapes[i]} launch {rep}")

@@ -96,10 +96,14 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / LPR, q = lane % LPR;
   const int64_t l = l_base + blockIdx.y;
   const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
-  // Row sets strided over the grid (contiguous runs of rows per warp measured no faster).
+  // Row sets strided over the grid: warp w of CTA x (of C) takes sets x * 8 + w,
+  // then every 8C (contiguous runs of rows per warp measured no faster). With
+  // at most one set per warp they are dealt CTA by CTA instead (set w * C + x),
+  // so that every CTA of a full wave (see launch) gets its share to within one.
   using Sets = RowSets<SFA_LAYOUT, LPR>;
-  const int64_t set_stride = (int64_t)gridDim.x * WARPS, set_first = (int64_t)blockIdx.x * WARPS + warp;
   const int64_t sets = Sets::count(p.m);
+  const int64_t set_stride = (int64_t)gridDim.x * WARPS;
+  const int64_t set_first = sets <= set_stride ? (int64_t)warp * gridDim.x + blockIdx.x : (int64_t)blockIdx.x * WARPS + warp;
   // Warps past the last row still help decode the vector and meet the barrier.
   // (in 32 bits, as sets < 2^31 (gemv_supported): a 64-bit division is a subroutine call)
   const int row_sets = set_first < sets ? (int)((uint32_t)(sets - set_first + set_stride - 1) / (uint32_t)set_stride) : 0;
@@ -274,7 +278,16 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t sets = RowSets<SFA, LPR>::count(p.m);
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
   const int64_t row_sets = (sets + WARPS * max_ctas - 1) / (WARPS * max_ctas);
-  const int64_t ctas = (sets + WARPS * row_sets - 1) / (WARPS * row_sets);
+  // With one set per warp at most and at least half the warps of a wave busy,
+  // a full wave: every SM gets the same number of CTAs, and every CTA the same
+  // number of sets to within one (the kernel deals them CTA by CTA). 7168 x
+  // 16384 as 448 CTAs put 4 on 52 SMs and 3 on the rest, and the SMs with 4
+  // ended ~5 us after the others (H200 trace); a full wave took 24.6 -> 23.0
+  // us. With fewer sets the extra CTAs' vector decode cost more than the
+  // balance gained (1000 x 7168: 7.7 -> 8.4 us; 7168 x 16384 in row quads,
+  // 1792 sets: 24.7 -> 26.4).
+  const bool full_wave = row_sets == 1 && 2 * sets >= WARPS * max_ctas;
+  const int64_t ctas = full_wave ? max_ctas : (sets + WARPS * row_sets - 1) / (WARPS * row_sets);
   // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
   // while the previous one in the stream ends.
   cudaLaunchAttribute attr = pdl_attribute();
@@ -298,7 +311,9 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
  * 4096 x 7168 with quads 11.9 us, 13.7 without; 1000 x 7168 10.8 and 7.7);
  * otherwise (and for linear scales) the largest power of two <= 32 dividing
  * the chunk count (even, as K % 64 == 0), which spreads small M over 4x the
- * warps. One chunk per lane per step. Two adjacent chunks per lane
+ * warps; but 16 rather than 32 where that makes every warp of a full wave take
+ * one row set at most (7168 x 16384: 3584 row pairs for 4224 warps rather than
+ * 7168 rows, some warps taking two). One chunk per lane per step. Two adjacent chunks per lane
  * measured slower on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte
  * copy instruction then touches half of every 32-byte sector, doubling the L2
  * requests. */
@@ -308,6 +323,11 @@ cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
       2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS * device_info().sms)
     return launch<SFA, 8>(p, stream);
+  // (a full wave: 4 CTAs of 8 warps per SM)
+  const int64_t warps = (int64_t)device_info().sms * 4 * WARPS;
+  if (chunks % 32 == 0 && RowSets<SFA, 32>::count(p.m) * p.batch > warps &&
+      RowSets<SFA, 16>::count(p.m) * p.batch <= warps)
+    return launch<SFA, 16>(p, stream);
   if (chunks % 32 == 0) return launch<SFA, 32>(p, stream);
   if (chunks % 16 == 0) return launch<SFA, 16>(p, stream);
   if (chunks % 8 == 0) return launch<SFA, 8>(p, stream);
