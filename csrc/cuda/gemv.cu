@@ -313,10 +313,10 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
  * the chunk count (even, as K % 64 == 0), which spreads small M over 4x the
  * warps; but 16 rather than 32 where that makes every warp of a full wave take
  * one row set at most (7168 x 16384: 3584 row pairs for 4224 warps rather than
- * 7168 rows, some warps taking two). One chunk per lane per step. Two adjacent chunks per lane
- * measured slower on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte
- * copy instruction then touches half of every 32-byte sector, doubling the L2
- * requests. */
+ * 7168 rows, some warps taking two). One chunk per lane per step. Two
+ * adjacent chunks per lane measured slower on an H200 (45 vs 31 us at 7168 x
+ * 16384): each 16-byte copy instruction then touches half of every 32-byte
+ * sector, doubling the L2 requests. */
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t chunks = p.k / 32;
