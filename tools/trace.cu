@@ -99,9 +99,9 @@ struct Case {
 
 static const char *point_names_sm90[] = {"entry", "barriers init", "P first data", "P loop end", "C0 first wgmma",
                                          "C0 loop end", "C0 epilogue tile", "C0 end", "C1 loop end", "P loads issued",
-                                         ""};
+                                         "C0 part stored", "C0 sums done", ""};
 static const char *point_names_gemv[] = {"entry", "b decoded", "first data", "t0 loop end", "last t loop end",
-                                         "prefetch issued", "", "", "", "", ""};
+                                         "prefetch issued", "", "", "", "", "", "", ""};
 
 int main(int argc, char **argv) {
   if (argc < 2) {

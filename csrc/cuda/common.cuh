@@ -118,7 +118,7 @@ inline const DeviceInfo &device_info() {
  * (ns, comparable across SMs) and the SM's cycle counter into a buffer the
  * tool attaches: TRACE_SLOTS 64-bit words per CTA, point i at 2i and 2i + 1,
  * the SM id in the last word. Without it NVFP4_TRACE_POINT compiles to nothing. */
-#define NVFP4_TRACE_SLOTS 24
+#define NVFP4_TRACE_SLOTS 26
 #ifdef NVFP4_TRACE
 static __device__ unsigned long long *nvfp4_trace_buf;
 __device__ __forceinline__ void nvfp4_trace_point(int i) {
