@@ -129,3 +129,24 @@ def test_split_k_deterministic(gen):
     first = nk.gemm(a.data, b.data, a.sf, b.sf)
     for _ in range(5):
         assert torch.equal(nk.gemm(a.data, b.data, a.sf, b.sf).view(torch.int16), first.view(torch.int16))
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,m,n,k", [("gemm", 128, 7168, 16384), ("dual", 256, 2048, 14336), ("gemm", 512, 1024, 8192)])
+def test_long_k_ring_reuse(gen, op, m, n, k):
+    """Tens of K steps per CTA, each raw ring slot refilled ten times or more.
+    A slot is refilled by producer threads other than the ones that decode its
+    activation rows: a variant that released slots one step earlier gave wrong
+    sums on 128 x 7168 x 16384 while the short shapes above passed (docs/PERF.md,
+    session 6). Three fresh inputs each."""
+    for _ in range(3):
+        a, b1 = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "blocked"))
+        out = poisoned((m, n), "cuda")
+        if op == "gemm":
+            run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out))
+            ref = ref_gemm(a, b1)
+        else:
+            b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
+            run("cuda", lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
+            ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+        assert_matches(out, ref, f"{op} M={m} N={n} K={k} on cuda")
