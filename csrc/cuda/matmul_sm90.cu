@@ -13,7 +13,7 @@
  * 128-255 the same rows of B2, so each activation tile feeds both products.
  *   warpgroup 0, producer (88 registers): cp.async of raw fp4 rows and scales
  *     into a 6-slot ring (mbarriers per slot: landed; read by every consumer
- *     warp and producer thread, since a slot's copies and its decode are done
+ *     warp and producer warp, since a slot's copies and its decode are done
  *     by different threads); decode of the activation rows
  *     into a 4-slot ring of fp16 tiles (128-byte swizzle), 128 / TM threads
  *     per row.
@@ -24,12 +24,8 @@
  *     Each waits for its own wgmma before decoding again: ptxas serializes
  *     register-sourced wgmma whose next fragments are written while earlier
  *     ones are in flight.
- * Epilogue: both consumers' sums -> fp32 tile in smem -> (all 3 warpgroups)
+ * Epilogue: both consumers' sums -> fp32 tile in smem ->
  *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16.
- *   This takes ~4 us per CTA at split 4 or 8 (H200 trace, tools/trace.sh),
- *   as much as 4 to 8 K steps, and is not explained yet: fewer bytes over
- *   the cluster (own partial read locally) and 12 warps instead of 8 did not
- *   change it; 12 warps took 1.3 us off at split 2 (docs/PERF.md, session 6).
  *
  * K order. A sum may take its K terms in any order as long as both operands
  * agree. Inside each 64-wide step the kernel uses the order that makes every
@@ -97,13 +93,12 @@ struct Layout {
 
 #if NVFP4_SM90A
 /* Sum of the float4 at `addr` in CTAs 0..split-1 of the cluster, in rank
- * order; all loads issued before the first add; this CTA's own partial read
- * as plain shared memory. */
-__device__ __forceinline__ float4 sum_partials(uint32_t addr, int split, int rank) {
+ * order; all loads issued before the first add. */
+__device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
   float4 v[MAX_SPLIT];
 #pragma unroll
   for (int q = 0; q < MAX_SPLIT; q++)
-    if (q < split) v[q] = q == rank ? ld_shared_f4(addr) : ld_shared_cluster_f4(mapa_shared(addr, (uint32_t)q));
+    if (q < split) v[q] = ld_shared_cluster_f4(mapa_shared(addr, (uint32_t)q));
   float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int q = 0; q < MAX_SPLIT; q++)
@@ -150,7 +145,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   if (tid == 0) {
     for (int i = 0; i < STAGES; i++) {
       mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
-      mbar_init(bar(BAR_EMPTY + i), 8 + 128); /* one per consumer warp, one per producer thread */
+      mbar_init(bar(BAR_EMPTY + i), 8 + 4); /* one per consumer warp and producer warp */
     }
     for (int i = 0; i < NA16; i++) {
       mbar_init(bar(BAR_A16_FULL + i), 128);
@@ -160,51 +155,6 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   __syncthreads();
   pdl_wait(); /* the set-up above overlaps the previous kernel's end */
   NVFP4_TRACE_POINT(tid == 0, 1);
-
-  /* ---- epilogue, second half, all 384 threads (after barrier B: every
-   * partial tile of the cluster is in shared memory): this CTA's share of the
-   * tile's rows, partials summed in rank order. The producer's four warps
-   * join the consumers' eight (its 88 registers suffice: no spill). */
-  auto sum_and_store = [&]() {
-    const float *part = reinterpret_cast<const float *>(smem);
-    const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
-    constexpr int VECS = OUT_COLS / 4;
-    const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
-    uint16_t *c = p.c + l * p.c_batch_stride;
-    const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
-    /* the problem's fields in registers: read through the table's dynamic
-     * index, each was an indexed constant load inside the loop */
-    const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
-    /* all of a thread's loads are issued before the sums */
-#pragma unroll 2
-    for (int idx = tid; idx < (mr1 - mr0) * VECS; idx += THREADS) {
-      const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
-      const int64_t m = m0 + mr, n = n0 + nc;
-      if (m >= pm || n >= pn) continue;
-      float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
-      if (split == 1) {
-        s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
-        if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
-      } else {
-        const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
-        s1 = sum_partials(addr, split, rank);
-        if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split, rank);
-      }
-      float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
-      if (DUAL) {
-        o[0] = silu(o[0]) * (s2.x * scale);
-        o[1] = silu(o[1]) * (s2.y * scale);
-        o[2] = silu(o[2]) * (s2.z * scale);
-        o[3] = silu(o[3]) * (s2.w * scale);
-      }
-      uint16_t *dst = c + m * c_row_stride + n;
-      if (vec_ok && n + 3 < pn) {
-        st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
-      } else {
-        for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
-      }
-    }
-  };
 
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
@@ -290,9 +240,10 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
         w[0][0] = c.x, w[1][0] = c.y;
       }
       const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
-      /* this thread's reads of the slot are done: its refill (by other
-       * producer threads, one step later) waits for every reader */
-      mbar_arrive(bar(BAR_EMPTY + slot));
+      /* this warp's reads of the slot are done: its refill (by producer
+       * threads that decode other rows, one step later) waits for every reader */
+      __syncwarp();
+      if ((tid & 31) == 0) mbar_arrive(bar(BAR_EMPTY + slot));
       uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
       if constexpr (BPT == 1) {
         sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
@@ -319,7 +270,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       }
       fence_proxy_async_smem();
       mbar_arrive(bar(BAR_A16_FULL + buf));
-      /* refill the slot of step j-1 once every consumer warp and producer thread has read it */
+      /* refill the slot of step j-1 once every consumer and producer warp has read it */
       if (j >= 1 && j - 1 + STAGES < steps) {
         const int old = (j - 1) % STAGES;
         mbar_wait(bar(BAR_EMPTY + old), ((j - 1) / STAGES) & 1);
@@ -329,13 +280,14 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
     NVFP4_TRACE_POINT(tid == 0, 3);
     pdl_launch_dependents();
     /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
-     * the partial tile is written (and with split-K: (C) it has been read);
-     * between B and C this warpgroup helps with the sums */
+     * the partial tile is written (and with split-K: (C) it has been read) */
     named_barrier_sync(0, THREADS);
-    if (split > 1) cluster_sync();
-    else named_barrier_sync(0, THREADS);
-    sum_and_store();
-    if (split > 1) cluster_sync();
+    if (split > 1) {
+      cluster_sync();
+      cluster_sync();
+    } else {
+      named_barrier_sync(0, THREADS);
+    }
   } else {
     /* ---- consumers: warpgroup wg takes weight rows 128 wg .. 128 wg + 127
      * (two halves of 64) over every K step. The two take turns on the tensor
@@ -352,9 +304,8 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
      * fragments while the other's 8 wgmma run. The smaller tiles do not: see
      * "Small M" above. */
     constexpr bool PING_PONG = TM == 128;
-    /* Fragments of step j (raw slot j: wait, read, release; then decode). */
-    auto fetch = [&](int j, uint32_t(&f)[2][4][4]) {
-      const int slot = j % STAGES;
+    for (int j = 0; j < steps; j++) {
+      const int slot = j % STAGES, buf = j % NA16;
       mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
       const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
       uint2 v[2][2];
@@ -368,7 +319,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
-      /* f[half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
+      uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
 #pragma unroll
       for (int hf = 0; hf < 2; hf++) {
         const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb[hf]);
@@ -386,10 +337,6 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
           f[hf][s][3] = h11[s];
         }
       }
-    };
-    /* Step j's 8 wgmma on fragments f, in this warpgroup's turn. */
-    auto issue = [&](int j, const uint32_t(&f)[2][4][4]) {
-      const int buf = j % NA16;
       uint64_t desc[4];
 #pragma unroll
       for (int s = 0; s < 4; s++) desc[s] = wgmma_desc_sw128(smem_addr + buf * A16_BYTES + 32 * s);
@@ -410,16 +357,8 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
         if (wg == 0) named_barrier_arrive(2, 256);
         else if (j + 1 < steps) named_barrier_arrive(3, 256);
       }
-    };
-    auto retire = [&](int j) { /* step j's wgmma done: its fp16 tile is free */
       wgmma_wait<0>();
-      if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + j % NA16));
-    };
-    for (int j = 0; j < steps; j++) {
-      uint32_t f[2][4][4];
-      fetch(j, f);
-      issue(j, f);
-      retire(j);
+      if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
     }
     NVFP4_TRACE_POINT(tid == 128, 5);
     NVFP4_TRACE_POINT(tid == 256, 8);
@@ -446,7 +385,45 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
     else named_barrier_sync(0, THREADS);
     NVFP4_TRACE_POINT(tid == 128, 6);
 
-    sum_and_store();
+    /* ---- epilogue, second half (consumers: the producer's registers are
+     * few): this CTA's share of the tile's rows, partials summed in rank order */
+    const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
+    constexpr int VECS = OUT_COLS / 4;
+    const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
+    uint16_t *c = p.c + l * p.c_batch_stride;
+    const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
+    /* the problem's fields in registers: read through the table's dynamic
+     * index, each was an indexed constant load inside the loop */
+    const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
+    /* all of a thread's loads are issued before the sums */
+#pragma unroll 2
+    for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
+      const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
+      const int64_t m = m0 + mr, n = n0 + nc;
+      if (m >= pm || n >= pn) continue;
+      float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
+      if (split == 1) {
+        s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
+        if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
+      } else {
+        const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
+        s1 = sum_partials(addr, split);
+        if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
+      }
+      float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
+      if (DUAL) {
+        o[0] = silu(o[0]) * (s2.x * scale);
+        o[1] = silu(o[1]) * (s2.y * scale);
+        o[2] = silu(o[2]) * (s2.z * scale);
+        o[3] = silu(o[3]) * (s2.w * scale);
+      }
+      uint16_t *dst = c + m * c_row_stride + n;
+      if (vec_ok && n + 3 < pn) {
+        st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
+      } else {
+        for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
+      }
+    }
     NVFP4_TRACE_POINT(tid == 128, 11);
     if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
     NVFP4_TRACE_POINT(tid == 128, 7);

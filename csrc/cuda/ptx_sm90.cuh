@@ -135,14 +135,6 @@ __device__ __forceinline__ uint32_t mapa_shared(uint32_t smem_addr, uint32_t ran
   return r;
 }
 
-/* A float4 of this CTA's shared memory at a 32-bit shared address. Not
- * volatile, like the one below. */
-__device__ __forceinline__ float4 ld_shared_f4(uint32_t addr) {
-  float4 v;
-  asm("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
-  return v;
-}
-
 /* Not volatile: the loads may be batched; call only between cluster_sync()s,
  * which order them against the writes. */
 __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
