@@ -134,11 +134,12 @@ def test_split_k_deterministic(gen):
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
 @pytest.mark.parametrize("op,m,n,k", [("gemm", 128, 7168, 16384), ("dual", 256, 2048, 14336), ("gemm", 512, 1024, 8192)])
 def test_long_k_ring_reuse(gen, op, m, n, k):
-    """Tens of K steps per CTA, each raw ring slot refilled ten times or more.
-    A slot is refilled by producer threads other than the ones that decode its
-    activation rows: a variant that released slots one step earlier gave wrong
-    sums on 128 x 7168 x 16384 while the short shapes above passed (docs/PERF.md,
-    session 6). Three fresh inputs each."""
+    """16 to 64 K steps per CTA, so each raw ring slot is refilled several
+    times. A slot is refilled by producer threads other than the ones that
+    decode its activation rows: a variant that released slots one step earlier
+    gave wrong sums on 128 x 7168 x 16384 in bench_gemm's check while the short
+    shapes above passed (docs/PERF.md, session 6). A race need not show in any
+    one run; three fresh inputs each."""
     for _ in range(3):
         a, b1 = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "blocked"))
         out = poisoned((m, n), "cuda")
