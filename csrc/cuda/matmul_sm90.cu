@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
    * given at launch: an .inc beyond that waits forever): 128 x 88 + 256 x 208.
    * The producer spilled at 56 and 64; 72 and 88 measured alike. */
   constexpr int PRODUCER_REGS = 88, CONSUMER_REGS = 208;
-  static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= THREADS * 168, "setmaxnreg split");
+  constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8; /* __launch_bounds__(THREADS, 1): 168 */
+  static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= THREADS * LAUNCH_REGS, "setmaxnreg split");
   /* raw slot landed / read by every reader; fp16 tile written / read by wgmma */
   constexpr int BAR_FULL = 0, BAR_EMPTY = STAGES, BAR_A16_FULL = 2 * STAGES, BAR_A16_EMPTY = 2 * STAGES + NA16;
   auto bar = [&](int i) { return smem_addr + L::BAR_BASE + 8 * i; };
