@@ -15,6 +15,11 @@
  * us after the first CTA's entry), and the median cycles since the CTA's
  * entry. Scales: blocked for gemm and dual, linear for gemv (as the
  * competition adapter passes them).
+ *
+ * read:M,K[,L] is the floor under gemv:M,K[,L]: a plain read of the same A
+ * bytes and scales (no decode, no vector), split evenly over one wave of
+ * 256-thread CTAs (READ_CTAS per SM, default 4), READ_UNROLL (default 8)
+ * 16-byte loads in flight per thread, timed and traced the same way.
  */
 #include <algorithm>
 #include <cstdio>
@@ -69,6 +74,48 @@ __global__ void stamp_kernel(unsigned long long *dst) {
   *dst = t;
 }
 
+/* The read floor: CTA x reads 16-byte units [x n / G, (x + 1) n / G) of A and
+ * of its scales, U loads in flight per thread. Trace points: 0 entry, 2 first
+ * data (thread 0), 3 end (thread 0, after the CTA's barrier). */
+template <int U>
+__global__ void __launch_bounds__(256) read_kernel(const uint4 *a, size_t na, const uint4 *s, size_t ns, unsigned *sink,
+                                                   unsigned long long *trace) {
+  auto point = [&](int i) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    unsigned long long *row = trace + (size_t)blockIdx.x * NVFP4_TRACE_SLOTS;
+    row[2 * i] = t;
+    row[2 * i + 1] = clock64();
+    row[NVFP4_TRACE_SLOTS - 1] = sm;
+  };
+  if (threadIdx.x == 0) point(0);
+  unsigned x = 0;
+  bool first = threadIdx.x == 0;
+  for (int part = 0; part < 2; part++) {
+    const uint4 *p = part ? s : a;
+    const size_t n = part ? ns : na, lo = n * blockIdx.x / gridDim.x, hi = n * (blockIdx.x + 1) / gridDim.x;
+    for (size_t i = lo + threadIdx.x; i < hi; i += 256 * U) {
+      uint4 v[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const size_t j = i + (size_t)u * 256;
+        v[u] = j < hi ? __ldg(p + j) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+      if (first) {
+        if (x == 0x9e3779b9u) *sink = 1;  // keeps the first loads ahead of the point
+        point(2), first = false;
+      }
+    }
+  }
+  if (x == 0x12345678u) *sink = x;
+  __syncthreads();
+  if (threadIdx.x == 0) point(3);
+}
+
 static uint8_t *random_bytes(size_t n, uint32_t seed, bool scales) {
   uint8_t *p;
   CHECK(cudaMalloc(&p, n));
@@ -100,12 +147,13 @@ struct Case {
 static const char *point_names_sm90[] = {"entry", "barriers init", "P first data", "P loop end", "C0 first wgmma",
                                          "C0 loop end", "C0 epilogue tile", "C0 end", "C1 loop end", "P loads issued",
                                          "C0 part stored", "C0 sums done", ""};
+static const char *point_names_read[] = {"entry", "", "first data", "end", "", "", "", "", "", "", "", "", ""};
 static const char *point_names_gemv[] = {"entry", "b decoded", "first data", "t0 loop end", "last t loop end",
-                                         "prefetch issued", "", "", "", "", "", "", ""};
+                                         "prefetch issued", "pdl wait done", "b loads issued", "", "", "", "", ""};
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: trace gemm:M,N,K[,L] | dual:M,N,K[,L] | gemv:M,K[,L] ...\n");
+    fprintf(stderr, "usage: trace gemm:M,N,K[,L] | dual:M,N,K[,L] | gemv:M,K[,L] | read:M,K[,L] ...\n");
     return 2;
   }
   int dev = 0, clock_khz = 0, sms = 0;
@@ -136,7 +184,8 @@ int main(int argc, char **argv) {
     long long v[4] = {0, 0, 0, 1};
     const int got = sscanf(argv[ai], "%15[a-z]:%lld,%lld,%lld,%lld", kind, &v[0], &v[1], &v[2], &v[3]);
     c.kind = kind;
-    if (c.kind == "gemv") {
+    const bool is_read = c.kind == "read";
+    if (c.kind == "gemv" || is_read) {
       if (got < 3) return 2;
       c.m = v[0], c.n = 1, c.k = v[1], c.batch = got >= 4 ? v[2] : 1;
     } else {
@@ -146,7 +195,7 @@ int main(int argc, char **argv) {
     const bool dual = c.kind == "dual";
     nvfp4_matmul p = {};
     p.m = c.m, p.n = c.n, p.k = c.k, p.batch = c.batch, p.alpha = 1.f;
-    const bool blocked = c.kind != "gemv";
+    const bool blocked = c.kind != "gemv" && !is_read;
     p.a = operand(c.batch, c.m, c.k, 11, blocked);
     p.b = operand(c.batch, c.n, c.k, 23, blocked);
     if (dual) p.b2 = operand(c.batch, c.n, c.k, 37, blocked);
@@ -154,9 +203,18 @@ int main(int argc, char **argv) {
     p.c_batch_stride = c.m * c.n;
     p.c_row_stride = c.n;
     const bool is_gemv = std::string(nvfp4_matmul_cuda_kernel_name(&p)) == "gemv_dp4a";
-    const char **names = is_gemv ? point_names_gemv : point_names_sm90;
-    CHECK(nvfp4_trace_attach_sm90(is_gemv ? nullptr : trace));
-    CHECK(nvfp4_trace_attach_gemv(is_gemv ? trace : nullptr));
+    const char **names = is_read ? point_names_read : is_gemv ? point_names_gemv : point_names_sm90;
+    CHECK(nvfp4_trace_attach_sm90(is_gemv || is_read ? nullptr : trace));
+    CHECK(nvfp4_trace_attach_gemv(is_gemv && !is_read ? trace : nullptr));
+    const int read_ctas = sms * (getenv("READ_CTAS") ? atoi(getenv("READ_CTAS")) : 4);
+    const int read_unroll = getenv("READ_UNROLL") ? atoi(getenv("READ_UNROLL")) : 8;
+    const int read_smem = getenv("READ_SMEM") ? atoi(getenv("READ_SMEM")) : 0;  // dynamic smem per CTA (launch cost)
+    if (read_smem > 48 * 1024) {
+      CHECK(cudaFuncSetAttribute(read_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, read_smem));
+      CHECK(cudaFuncSetAttribute(read_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, read_smem));
+      CHECK(cudaFuncSetAttribute(read_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, read_smem));
+    }
+    const size_t read_na = (size_t)(c.batch * c.m * c.k / 2) / 16, read_ns = (size_t)(c.batch * c.m * c.k / 16) / 16;
 
     const int reps = 21;
     std::vector<float> ms(reps);
@@ -168,7 +226,16 @@ int main(int argc, char **argv) {
       spin_kernel<<<1, 32>>>((long long)clock_khz * 100);  // ~100 us
       stamp_kernel<<<1, 1>>>(stamps);
       CHECK(cudaEventRecord(e0));
-      if (nvfp4_matmul_cuda(&p, 1, 0) != NVFP4_OK) {
+      if (is_read) {
+        const uint4 *ra = reinterpret_cast<const uint4 *>(p.a.data), *rs = reinterpret_cast<const uint4 *>(p.a.sf);
+        if (read_unroll == 4)
+          read_kernel<4><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink, trace);
+        else if (read_unroll == 16)
+          read_kernel<16><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink, trace);
+        else
+          read_kernel<8><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink, trace);
+        CHECK(cudaGetLastError());
+      } else if (nvfp4_matmul_cuda(&p, 1, 0) != NVFP4_OK) {
         fprintf(stderr, "launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
         return 1;
       }
@@ -189,10 +256,27 @@ int main(int argc, char **argv) {
     int ctas = 0;
     while (ctas < max_ctas && tr[(size_t)ctas * NVFP4_TRACE_SLOTS] != 0) ctas++;
     printf("\n== %s %lldx%lldx%lld L%lld (%s): event %.2f us (min %.2f), %d CTAs\n", c.kind.c_str(), (long long)c.m,
-           (long long)c.n, (long long)c.k, (long long)c.batch, nvfp4_matmul_cuda_kernel_name(&p), ms[r] * 1e3,
+           (long long)c.n, (long long)c.k, (long long)c.batch, is_read ? "plain read" : nvfp4_matmul_cuda_kernel_name(&p), ms[r] * 1e3,
            ms[order[0]] * 1e3, ctas);
     if (!ctas) continue;
     unsigned long long t0 = ~0ull, tend = 0;
+    for (int i = 0; i < ctas; i++) t0 = std::min(t0, tr[(size_t)i * NVFP4_TRACE_SLOTS]);
+    if (const char *dir = getenv("TRACE_DUMP")) {  // per CTA: sm, then each point's time (us after the first entry)
+      std::string name = argv[ai];
+      for (char &ch : name)
+        if (ch == ':' || ch == ',') ch = '_';
+      const std::string path = std::string(dir) + "/" + name + ".csv";
+      if (FILE *f = fopen(path.c_str(), "w")) {
+        for (int i = 0; i < ctas; i++) {
+          const unsigned long long *row = &tr[(size_t)i * NVFP4_TRACE_SLOTS];
+          fprintf(f, "%d,%llu", i, row[NVFP4_TRACE_SLOTS - 1]);
+          for (int q = 0; q < (NVFP4_TRACE_SLOTS - 1) / 2; q++)
+            fprintf(f, ",%.3f", row[2 * q] ? (double)((long long)row[2 * q] - (long long)t0) / 1e3 : -1.0);
+          fprintf(f, "\n");
+        }
+        fclose(f);
+      }
+    }
     for (int i = 0; i < ctas; i++) t0 = std::min(t0, tr[(size_t)i * NVFP4_TRACE_SLOTS]);
     for (int i = 0; i < ctas; i++)
       for (int q = 0; q < (NVFP4_TRACE_SLOTS - 1) / 2; q++) tend = std::max(tend, tr[(size_t)i * NVFP4_TRACE_SLOTS + 2 * q]);
