@@ -84,32 +84,37 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint4 b, uint32_t
   return pos - neg;
 }
 
+/* How a batch's row sets are dealt (host side, launch): set_stride = C * WARPS
+ * for C CTAs per batch; every warp gets row_sets = sets / set_stride of them,
+ * the first extra = sets % set_stride warps (in dealing order) one more. */
+struct GemvDeal {
+  int set_stride, row_sets, extra;
+};
+
 template <int SFA_LAYOUT, int LPR>
-__global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base) {
+__global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base,
+                                                       const GemvDeal deal) {
   constexpr int SPAN = LPR;            // chunks of a row per step: one per lane
   extern __shared__ __align__(16) uint8_t smem[];
   const GemvSmem plan(p.k);
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
   const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
-  uint8_t *ring_a = smem + plan.ring_a, *ring_s = smem + plan.ring_s;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / LPR, q = lane % LPR;
   const int64_t l = l_base + blockIdx.y;
   const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
-  // Row sets strided over the grid: warp w of CTA x (of C) takes sets x * 8 + w,
-  // then every 8C (contiguous runs of rows per warp measured no faster). With
-  // at most one set per warp they are dealt CTA by CTA instead (set w * C + x),
-  // so that every CTA of a full wave (see launch) gets its share to within one.
-  using Sets = RowSets<SFA_LAYOUT, LPR>;
-  const int64_t sets = Sets::count(p.m);
-  const int64_t set_stride = (int64_t)gridDim.x * WARPS;
-  const int64_t set_first = sets <= set_stride ? (int64_t)warp * gridDim.x + blockIdx.x : (int64_t)blockIdx.x * WARPS + warp;
-  // Warps past the last row still help decode the vector and meet the barrier.
-  // (in 32 bits, as sets < 2^31 (gemv_supported): a 64-bit division is a subroutine call)
-  const int row_sets = set_first < sets ? (int)((uint32_t)(sets - set_first + set_stride - 1) / (uint32_t)set_stride) : 0;
+  // Row sets dealt CTA by CTA: warp w of CTA x (of C) takes set w * C + x, then
+  // every 8C (contiguous runs of rows per warp measured no faster), so every
+  // CTA gets its share to within one set per warp (see launch). Warps past the
+  // last row still help decode the vector and meet the barrier. All of it in
+  // 32 bits and without a division (sets < 2^31: gemv_supported).
+  const int set_first = warp * (int)gridDim.x + (int)blockIdx.x;
+  const int row_sets = deal.row_sets + (set_first < deal.extra ? 1 : 0);
   const int items = row_sets * steps;  // this thread's sequence of (row, step)
+  using Sets = RowSets<SFA_LAYOUT, LPR>;
   NVFP4_TRACE_POINT(tid == 0, 0);
   pdl_wait();  // common.cuh: nothing global is touched before this
+  NVFP4_TRACE_POINT(tid == 0, 6);
 
   // Producer: the next (row set, step) this thread copies. Its chunk is chunk
   // s * LPR + q of the row, its 4 scale bytes the word holding that chunk's
@@ -119,8 +124,8 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const uint8_t *a_batch = p.a.data + l * p.a.batch_stride;
   const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
   const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
-  int p_step = 0;
-  int64_t p_set = set_first, p_row = Sets::row(p_set, g);
+  int p_step = 0, p_set = set_first;
+  int64_t p_row = Sets::row(p_set, g);
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
   auto rebase = [&]() {
     const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
@@ -129,14 +134,16 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
            nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, (2 * q) & ~3);
   };
   rebase();
-  uint8_t *const a_dst = ring_a + tid * 16, *const s_dst = ring_s + tid * 4;
+  const uint8_t *const s_dst = smem + plan.ring_s + tid * 4;
+  uint32_t a_dst_s = smem_addr(smem + plan.ring_a + tid * 16), s_dst_s = smem_addr(s_dst);
+  asm("" : "+r"(a_dst_s), "+r"(s_dst_s));  // kept in registers: ptxas otherwise redoes the conversion per copy
   auto issue = [&](int stage) {  // stage: a compile-time constant at every call (unrolled loops)
-    cp_async_16(a_dst + stage * THREADS * 16, p_a, 16);
-    cp_async_4(s_dst + stage * THREADS * 4, p_sf, 4);
+    cp_async_16(a_dst_s + stage * THREADS * 16, p_a);
+    cp_async_4(s_dst_s + stage * THREADS * 4, p_sf);
     p_a += 16 * SPAN, p_sf += sf_step;
     if (++p_step == steps) {
       p_step = 0;
-      p_set += set_stride;
+      p_set += deal.set_stride;
       p_row = Sets::row(p_set, g);
       rebase();
     }
@@ -163,6 +170,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
 #pragma unroll
   for (int i = 0; i < EARLY; i++)
     if (tid + i * THREADS < chunks) early_b[i] = load_b(tid + i * THREADS);
+  NVFP4_TRACE_POINT(tid == 0, 7);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < items) issue(s);
@@ -203,46 +211,50 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   const float alpha = problem_alpha(p);
   uint16_t *c_batch = p.c + l * p.c_batch_stride;
   float acc = 0.f;
-  int step = 0;
-  int64_t set = set_first, row = Sets::row(set, g);
+  const uint8_t *const a_dst = smem + plan.ring_a + tid * 16;
+  int step = 0, set = set_first;
+  int64_t row = Sets::row(set, g);
   // This lane's place in the vector's layout; moves by one step's worth per step.
   const uint4 *b_step = b8 + q;
   const float2 *sb_step = sb + q;
+  // One item: wait for its copies, consume them, refill the stage before it.
+  auto item = [&](int it, int stage) {
+    cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
+    NVFP4_TRACE_POINT(tid == 0 && it == 0, 2);
+    const uint32_t sw = *reinterpret_cast<const uint32_t *>(s_dst + stage * THREADS * 4);
+    {
+      const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + stage * THREADS * 16);
+      // the chunk's scale columns 2c, 2c+1 are the half of the word picked by c's parity
+      const uint32_t two = sw >> (16 * ((step * LPR + q) & 1));
+      const float2 sa = nvfp4_e4m3x2_to_float2(two & 0xFFFFu);
+      const float2 sbc = *sb_step;
+      const int s0 = dot16(av.x, av.y, b_step[0], mag);
+      const int s1 = dot16(av.z, av.w, b_step[LPR], mag);
+      acc = fmaf((float)s0, sa.x * sbc.x, acc);
+      acc = fmaf((float)s1, sa.y * sbc.y, acc);
+    }
+    // Refill (item it + STAGES - 1 goes to the stage just before this one) after
+    // this item's shared-memory reads were consumed above.
+    if (it + STAGES - 1 < items) issue(stage == 0 ? STAGES - 1 : stage - 1);
+    cp_async_commit();
+    b_step += 2 * LPR, sb_step += LPR;
+    if (++step == steps) {  // row done: reduce its LPR partials
+      step = 0;
+      b_step = b8 + q, sb_step = sb + q;
+#pragma unroll
+      for (int off = LPR / 2; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (q == 0 && row < p.m) store_half(c_batch + row * p.c_row_stride, acc * alpha);
+      acc = 0.f;
+      set += deal.set_stride;
+      row = Sets::row(set, g);
+    }
+  };
   // Unrolled by STAGES so that every ring offset is a constant.
   for (int it0 = 0; it0 < items; it0 += STAGES) {
 #pragma unroll
     for (int stage = 0; stage < STAGES; stage++) {
-      const int it = it0 + stage;
-      if (it >= items) break;
-      cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
-      NVFP4_TRACE_POINT(tid == 0 && it == 0, 2);
-      const uint32_t sw = *reinterpret_cast<const uint32_t *>(s_dst + stage * THREADS * 4);
-      {
-        const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + stage * THREADS * 16);
-        // the chunk's scale columns 2c, 2c+1 are the half of the word picked by c's parity
-        const uint32_t two = sw >> (16 * ((step * LPR + q) & 1));
-        const float2 sa = nvfp4_e4m3x2_to_float2(two & 0xFFFFu);
-        const float2 sbc = *sb_step;
-        const int s0 = dot16(av.x, av.y, b_step[0], mag);
-        const int s1 = dot16(av.z, av.w, b_step[LPR], mag);
-        acc = fmaf((float)s0, sa.x * sbc.x, acc);
-        acc = fmaf((float)s1, sa.y * sbc.y, acc);
-      }
-      // Refill (item it + STAGES - 1 goes to the stage just before this one) after
-      // this item's shared-memory reads were consumed above.
-      if (it + STAGES - 1 < items) issue((stage + STAGES - 1) % STAGES);
-      cp_async_commit();
-      b_step += 2 * LPR, sb_step += LPR;
-      if (++step == steps) {  // row done: reduce its LPR partials
-        step = 0;
-        b_step = b8 + q, sb_step = sb + q;
-#pragma unroll
-        for (int off = LPR / 2; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (q == 0 && row < p.m) store_half(c_batch + row * p.c_row_stride, acc * alpha);
-        acc = 0.f;
-        set += set_stride;
-        row = Sets::row(set, g);
-      }
+      if (it0 + stage >= items) break;
+      item(it0 + stage, stage);
     }
   }
   cp_async_wait<0>();
@@ -273,21 +285,22 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     cache.smem[device] = want;
   }
-  // CTAs per batch: as many as fit, then as few as give every warp the same
-  // number of row sets.
+  // CTAs per batch: a full wave (every SM the same number of CTAs, every CTA
+  // the same number of row sets to within one per warp: the kernel deals them
+  // CTA by CTA) when at least half its warps get a set. The SMs' rates are
+  // what limits: with 512 CTAs of equal work for 528 places (4096 x 7168 L8,
+  // 7168 x 2048 L4), the 16 SMs holding 3 ended at 3/4 of the time of the
+  // others (H200 trace). With fewer sets, as few CTAs as give every warp
+  // one: the extra CTAs' vector decode cost more than the balance gained
+  // (1000 x 7168: 7.7 -> 8.4 us; 7168 x 16384 in row quads, 1792 sets: 24.7
+  // -> 26.4).
   const int64_t sets = RowSets<SFA, LPR>::count(p.m);
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
-  const int64_t row_sets = (sets + WARPS * max_ctas - 1) / (WARPS * max_ctas);
-  // With one set per warp at most and at least half the warps of a wave busy,
-  // a full wave: every SM gets the same number of CTAs, and every CTA the same
-  // number of sets to within one (the kernel deals them CTA by CTA). 7168 x
-  // 16384 as 448 CTAs put 4 on 52 SMs and 3 on the rest, and the SMs with 4
-  // ended ~5 us after the others (H200 trace); a full wave took 24.6 -> 23.0
-  // us. With fewer sets the extra CTAs' vector decode cost more than the
-  // balance gained (1000 x 7168: 7.7 -> 8.4 us; 7168 x 16384 in row quads,
-  // 1792 sets: 24.7 -> 26.4).
-  const bool full_wave = row_sets == 1 && 2 * sets >= WARPS * max_ctas;
-  const int64_t ctas = full_wave ? max_ctas : (sets + WARPS * row_sets - 1) / (WARPS * row_sets);
+  const int64_t ctas = 2 * sets >= WARPS * max_ctas ? max_ctas : std::max<int64_t>(1, (sets + WARPS - 1) / WARPS);
+  GemvDeal deal;
+  deal.set_stride = (int)(ctas * WARPS);
+  deal.row_sets = (int)(sets / deal.set_stride);
+  deal.extra = (int)(sets % deal.set_stride);
   // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
   // while the previous one in the stream ends.
   cudaLaunchAttribute attr = pdl_attribute();
@@ -300,7 +313,7 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
     cfg.stream = stream;
     cfg.attrs = &attr;
     cfg.numAttrs = dev.major >= 9 ? 1 : 0;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal);
     if (e != cudaSuccess) return e;
   }
   return cudaGetLastError();

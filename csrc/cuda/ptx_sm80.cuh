@@ -28,6 +28,16 @@ __device__ __forceinline__ void cp_async_4(void *smem, const void *gmem, uint32_
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
+/* The same two with the shared-memory address already converted (smem_addr):
+ * a loop that issues many copies then does no address conversion per copy. */
+__device__ __forceinline__ uint32_t smem_addr(const void *smem) { return (uint32_t)__cvta_generic_to_shared(smem); }
+__device__ __forceinline__ void cp_async_16(uint32_t s, const void *gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_4(uint32_t s, const void *gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
+}
+
 /* Close the group of this thread's cp.async issued so far. */
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
