@@ -19,7 +19,11 @@
  * read:M,K[,L] is the floor under gemv:M,K[,L]: a plain read of the same A
  * bytes and scales (no decode, no vector), split evenly over one wave of
  * 256-thread CTAs (READ_CTAS per SM, default 4), READ_UNROLL (default 8)
- * 16-byte loads in flight per thread, timed and traced the same way.
+ * 16-byte loads in flight per thread, timed and traced the same way;
+ * READ_SMEM=bytes gives its CTAs that much dynamic shared memory (unused: it
+ * asks whether a larger carve-out delays the launch). TRACE_DUMP=dir writes
+ * each CTA's SM and point times (us after the first entry) as CSV, a file per
+ * case.
  */
 #include <algorithm>
 #include <cstdio>
@@ -277,7 +281,6 @@ int main(int argc, char **argv) {
         fclose(f);
       }
     }
-    for (int i = 0; i < ctas; i++) t0 = std::min(t0, tr[(size_t)i * NVFP4_TRACE_SLOTS]);
     for (int i = 0; i < ctas; i++)
       for (int q = 0; q < (NVFP4_TRACE_SLOTS - 1) / 2; q++) tend = std::max(tend, tr[(size_t)i * NVFP4_TRACE_SLOTS + 2 * q]);
     printf("stamp -> first CTA entry %.2f us; first entry -> last point %.2f us; last point -> stamp %.2f us\n",

@@ -2,13 +2,11 @@
 # Build tools/trace.cu against a traced copy of the CUDA kernels (-DNVFP4_TRACE)
 # and run it: bash tools/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
 # (sm_90a; the extension's build is untouched). Binary: ${TRACE_BIN:-/tmp/nvfp4_trace};
-# TRACE_FLAGS adds nvcc flags (experiment knobs such as -DNVFP4_EPI_U=4); TRACE_SRC
-# builds another copy of csrc/ (default csrc).
+# TRACE_FLAGS adds nvcc flags (experiment knobs such as -DNVFP4_EPI_U=4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TRACE_BIN:-/tmp/nvfp4_trace}
-S=${TRACE_SRC:-csrc}  # another copy of the sources (an A/B build of an older version)
 nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA -DNVFP4_TRACE --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
-  -gencode=arch=compute_90a,code=sm_90a -I"$S" -o "$BIN" \
-  tools/trace.cu $S/cuda/dispatch.cu $S/cuda/gemv.cu $S/cuda/matmul_sm90.cu $S/cuda/matmul_simt.cu
+  -gencode=arch=compute_90a,code=sm_90a -Icsrc -o "$BIN" \
+  tools/trace.cu csrc/cuda/dispatch.cu csrc/cuda/gemv.cu csrc/cuda/matmul_sm90.cu csrc/cuda/matmul_simt.cu
 if [ $# -gt 0 ]; then "$BIN" "$@"; fi
