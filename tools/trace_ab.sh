@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A/B of the kernels against another git revision, both traced in one GPU call
+# (sm_90a): how session 8 compared its kernel changes (docs/PERF.md), by hand.
+#   bash tools/trace_ab.sh --prepare REV      # here (git): REV's csrc/ and
+#                                             # tools/trace.cu into tools/ab/
+#   bash tools/trace_ab.sh gemm:128,7168,16384 dual:256,3072,4096 ...   # there
+# tools/ab/ is untracked and not ignored, so the device tool carries it with
+# the working tree; delete it before committing. On the GPU machine this builds
+# REV's trace tool from tools/ab/ (a) and this tree's (b) at once, then runs
+# a, b, a, b and prints each run's event times in us, one column per case, in
+# the order given. TRACE_FLAGS goes to both builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = --prepare ]; then
+  [ $# -eq 2 ] || { echo "usage: bash tools/trace_ab.sh --prepare REV" >&2; exit 2; }
+  rm -rf tools/ab && mkdir -p tools/ab
+  git archive "$2" csrc tools/trace.cu | tar -x -C tools/ab
+  echo "tools/ab: csrc/ and tools/trace.cu of $(git rev-parse --short "$2") (delete before committing)"
+  exit 0
+fi
+[ -d tools/ab/csrc ] || { echo "tools/ab/ is missing: bash tools/trace_ab.sh --prepare REV first" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash tools/trace_ab.sh CASE... (cases as for tools/trace.sh)" >&2; exit 2; }
+(cd tools/ab && nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA -DNVFP4_TRACE --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
+  -gencode=arch=compute_90a,code=sm_90a -Icsrc -o /tmp/nvfp4_trace_a tools/trace.cu csrc/cuda/*.cu) &
+build_a=$!
+TRACE_BIN=/tmp/nvfp4_trace_b bash tools/trace.sh &
+build_b=$!
+wait $build_a
+wait $build_b
+echo "cases: $*"
+for round in 1 2; do
+  for v in a b; do
+    out=$(/tmp/nvfp4_trace_$v "$@" 2>&1) || { echo "$v: the trace failed:" >&2; printf '%s\n' "$out" | tail -5 >&2; exit 1; }
+    echo "$v: $(printf '%s\n' "$out" | sed -nE 's/^== .*: event ([0-9.]+) us.*/\1/p' | tr '\n' ' ')"
+  done
+done
