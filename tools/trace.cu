@@ -79,22 +79,12 @@ __global__ void stamp_kernel(unsigned long long *dst) {
 }
 
 /* The read floor: CTA x reads 16-byte units [x n / G, (x + 1) n / G) of A and
- * of its scales, U loads in flight per thread. Trace points: 0 entry, 2 first
- * data (thread 0), 3 end (thread 0, after the CTA's barrier). */
+ * of its scales, U loads in flight per thread. Trace points (common.cuh's, as
+ * in the kernels): 0 entry, 2 first data (thread 0), 3 end (thread 0, after
+ * the CTA's barrier). */
 template <int U>
-__global__ void __launch_bounds__(256) read_kernel(const uint4 *a, size_t na, const uint4 *s, size_t ns, unsigned *sink,
-                                                   unsigned long long *trace) {
-  auto point = [&](int i) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    unsigned long long *row = trace + (size_t)blockIdx.x * NVFP4_TRACE_SLOTS;
-    row[2 * i] = t;
-    row[2 * i + 1] = clock64();
-    row[NVFP4_TRACE_SLOTS - 1] = sm;
-  };
-  if (threadIdx.x == 0) point(0);
+__global__ void __launch_bounds__(256) read_kernel(const uint4 *a, size_t na, const uint4 *s, size_t ns, unsigned *sink) {
+  NVFP4_TRACE_POINT(threadIdx.x == 0, 0);
   unsigned x = 0;
   bool first = threadIdx.x == 0;
   for (int part = 0; part < 2; part++) {
@@ -111,14 +101,16 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4 *a, size_t na, co
       for (int u = 0; u < U; u++) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
       if (first) {
         if (x == 0x9e3779b9u) *sink = 1;  // keeps the first loads ahead of the point
-        point(2), first = false;
+        NVFP4_TRACE_POINT(true, 2);
+        first = false;
       }
     }
   }
   if (x == 0x12345678u) *sink = x;
   __syncthreads();
-  if (threadIdx.x == 0) point(3);
+  NVFP4_TRACE_POINT(threadIdx.x == 0, 3);
 }
+NVFP4_TRACE_ATTACH(read)
 
 static uint8_t *random_bytes(size_t n, uint32_t seed, bool scales) {
   uint8_t *p;
@@ -210,6 +202,7 @@ int main(int argc, char **argv) {
     const char **names = is_read ? point_names_read : is_gemv ? point_names_gemv : point_names_sm90;
     CHECK(nvfp4_trace_attach_sm90(is_gemv || is_read ? nullptr : trace));
     CHECK(nvfp4_trace_attach_gemv(is_gemv && !is_read ? trace : nullptr));
+    CHECK(nvfp4_trace_attach_read(is_read ? trace : nullptr));
     const int read_ctas = sms * (getenv("READ_CTAS") ? atoi(getenv("READ_CTAS")) : 4);
     const int read_unroll = getenv("READ_UNROLL") ? atoi(getenv("READ_UNROLL")) : 8;
     const int read_smem = getenv("READ_SMEM") ? atoi(getenv("READ_SMEM")) : 0;  // dynamic smem per CTA (launch cost)
@@ -233,11 +226,11 @@ int main(int argc, char **argv) {
       if (is_read) {
         const uint4 *ra = reinterpret_cast<const uint4 *>(p.a.data), *rs = reinterpret_cast<const uint4 *>(p.a.sf);
         if (read_unroll == 4)
-          read_kernel<4><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink, trace);
+          read_kernel<4><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink);
         else if (read_unroll == 16)
-          read_kernel<16><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink, trace);
+          read_kernel<16><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink);
         else
-          read_kernel<8><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink, trace);
+          read_kernel<8><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink);
         CHECK(cudaGetLastError());
       } else if (nvfp4_matmul_cuda(&p, 1, 0) != NVFP4_OK) {
         fprintf(stderr, "launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
