@@ -8,7 +8,9 @@
 # the working tree; delete it before committing. On the GPU machine this builds
 # REV's trace tool from tools/ab/ (a) and this tree's (b) at once, then runs
 # a, b, a, b and prints each run's event times in us, one column per case, in
-# the order given. TRACE_FLAGS goes to both builds.
+# the order given. TRACE_FLAGS goes to both builds. AB_STEP=build builds both
+# and stops (to overlap the compile with other GPU work); AB_STEP=run runs the
+# binaries an earlier build left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --prepare ]; then
@@ -19,7 +21,9 @@ if [ "${1:-}" = --prepare ]; then
   exit 0
 fi
 [ -d tools/ab/csrc ] || { echo "tools/ab/ is missing: bash tools/trace_ab.sh --prepare REV first" >&2; exit 2; }
-[ $# -gt 0 ] || { echo "usage: bash tools/trace_ab.sh CASE... (cases as for tools/trace.sh)" >&2; exit 2; }
+step=${AB_STEP:-all}
+[ $# -gt 0 ] || [ "$step" = build ] || { echo "usage: bash tools/trace_ab.sh CASE... (cases as for tools/trace.sh)" >&2; exit 2; }
+if [ "$step" != run ]; then
 (cd tools/ab && nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA -DNVFP4_TRACE --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
   -gencode=arch=compute_90a,code=sm_90a -Icsrc -o /tmp/nvfp4_trace_a tools/trace.cu csrc/cuda/*.cu) &
 build_a=$!
@@ -27,6 +31,8 @@ TRACE_BIN=/tmp/nvfp4_trace_b bash tools/trace.sh &
 build_b=$!
 wait $build_a
 wait $build_b
+fi
+[ "$step" = build ] && exit 0
 echo "cases: $*"
 for round in 1 2; do
   for v in a b; do
