@@ -17,9 +17,11 @@ def main():
     def close(out, ref):
         return bool(within_tolerance(out, ref).all())
 
-    # the last three take the Hopper tensor-core kernel there (K % 64 == 0); (128, 256, 2048): split-K
+    # the last four take the Hopper tensor-core kernel there (K % 64 == 0); (128, 256, 2048): split-K;
+    # (130, 20480, 64): 160 tiles, more than multiprocessors: CTAs that take several tiles
     cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
-             (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked")]
+             (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
+             (None, 130, 20480, 64, "blocked")]
     for L, m, n, k, lay in cases:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
