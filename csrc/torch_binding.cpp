@@ -19,9 +19,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <atomic>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,50 +39,116 @@ namespace {
 
 using at::Tensor;
 
+/* An op's name in error messages: "nvfp4.gemm", or with the group of a
+ * grouped call, "nvfp4.group_gemm (group 3)". Formatted only when a check
+ * fails: validation allocates nothing on the way to a launch. */
+struct OpName {
+  const char *op;
+  int64_t group = -1;
+};
+std::ostream &operator<<(std::ostream &os, const OpName &n) {
+  os << n.op;
+  if (n.group >= 0) os << " (group " << n.group << ")";
+  return os;
+}
+
+/* What validation reads of a tensor argument: dtype, device, data pointer,
+ * sizes and strides, either as the tensor has them or through a permutation
+ * of its dims, some of them dropped at index 0. The competition ops read the
+ * harness's batch-last tensors in place this way: on the H200 machine the
+ * views cost ~2.6 us of a gemv call's 12.6 us of host time (PERF.md, session
+ * 5), against ~7-8 us for any aten op that launches a kernel. */
+struct Arg {
+  static constexpr int MAX_DIMS = 8;
+  at::ScalarType dtype;
+  at::Device device{at::kCPU};
+  void *ptr;
+  int64_t ndim;
+  int64_t sz[MAX_DIMS], st[MAX_DIMS];
+
+  /* an output is `writable`: its pointer is the mutable one */
+  Arg(const Tensor &t, bool writable = false)
+      : dtype(t.scalar_type()), device(t.device()),
+        ptr(writable ? t.data_ptr() : const_cast<void *>(t.const_data_ptr())), ndim(t.dim()) {
+    TORCH_CHECK_VALUE(ndim <= MAX_DIMS, "nvfp4: tensors of more than ", MAX_DIMS, " dims are not supported, got ",
+                      t.sizes());
+    for (int64_t d = 0; d < ndim; d++) sz[d] = t.size(d), st[d] = t.stride(d);
+  }
+  /* dim d of the result is t's dim perm[d] (t must have perm.size() dims, which
+   * the caller checks first) */
+  Arg(const Tensor &t, std::initializer_list<int> perm, bool writable = false) : Arg(t, writable) {
+    int64_t s[MAX_DIMS], r[MAX_DIMS], d = 0;
+    for (int p : perm) s[d] = sz[p], r[d] = st[p], d++;
+    for (d = 0; d < ndim; d++) sz[d] = s[d], st[d] = r[d];
+  }
+  /* index 0 of dim d, which goes (Tensor::select(d, 0), without a tensor) */
+  Arg select0(int64_t d) const {
+    Arg a = *this;
+    for (int64_t i = d; i + 1 < ndim; i++) a.sz[i] = sz[i + 1], a.st[i] = st[i + 1];
+    a.ndim--;
+    return a;
+  }
+  int64_t dim() const { return ndim; }
+  int64_t size(int64_t d) const { return sz[d < 0 ? d + ndim : d]; }
+  int64_t stride(int64_t d) const { return st[d < 0 ? d + ndim : d]; }
+  at::IntArrayRef sizes() const { return at::IntArrayRef(sz, (size_t)ndim); }
+  at::IntArrayRef strides() const { return at::IntArrayRef(st, (size_t)ndim); }
+};
+
+/* Up to 3 output dims ([L,] M [, N]) without a heap vector. */
+struct Shape {
+  int64_t v[3];
+  size_t n = 0;
+  void push_back(int64_t x) { v[n++] = x; }
+  at::IntArrayRef ref() const { return at::IntArrayRef(v, n); }
+};
+
 /* Everything validation learns about one problem. */
 struct Problem {
   nvfp4_matmul p{};
   at::Device device{at::kCPU};
-  std::vector<int64_t> out_shape;
+  Shape out_shape;
 };
 
-bool is_fp4(const Tensor &t) { return t.scalar_type() == at::kFloat4_e2m1fn_x2 || t.scalar_type() == at::kByte; }
-bool is_e4m3(const Tensor &t) { return t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kByte; }
+bool is_fp4(at::ScalarType t) { return t == at::kFloat4_e2m1fn_x2 || t == at::kByte; }
+bool is_e4m3(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kByte; }
 
 /* An operand's data and scales: rows x K values in batches of L. `rows_dim`
  * is false for gemv's vector, which has no rows dimension (one row). */
-nvfp4_operand make_operand(const std::string &op, const Tensor &data, const char *sf_name,
-                           const Tensor &sf, bool batched, int64_t L, int64_t rows, int64_t K, bool rows_dim) {
+nvfp4_operand make_operand(const OpName &op, const Arg &data, const char *sf_name, const Arg &sf, bool batched,
+                           int64_t L, int64_t rows, int64_t K, bool rows_dim) {
   nvfp4_operand o{};
   const int64_t k_blocks = K / 16, base_rank = (batched ? 1 : 0) + (rows_dim ? 1 : 0);
-  TORCH_CHECK_TYPE(is_e4m3(sf), op, ": ", sf_name, " must be float8_e4m3fn or uint8 (e4m3 bytes), got ",
-                   sf.scalar_type());
-  o.data = static_cast<const uint8_t *>(data.const_data_ptr());
+  TORCH_CHECK_TYPE(is_e4m3(sf.dtype), op, ": ", sf_name, " must be float8_e4m3fn or uint8 (e4m3 bytes), got ",
+                   sf.dtype);
+  o.data = static_cast<const uint8_t *>(data.ptr);
   o.row_stride = rows_dim ? data.stride(-2) : 0;
   o.batch_stride = batched ? data.stride(0) : 0;
-  o.sf = static_cast<const uint8_t *>(sf.const_data_ptr());
+  o.sf = static_cast<const uint8_t *>(sf.ptr);
   o.sf_batch_stride = batched ? sf.stride(0) : 0;
 
-  const std::string linear = std::string("[") + (batched ? "L, " : "") + (rows_dim ? "rows, " : "") + "K/16]";
-  const std::string blocked = std::string("[") + (batched ? "L, " : "") + "ceil(rows/128), ceil(K/64), 32, 4, 4]";
-  std::vector<int64_t> want_linear, want_blocked;
-  if (batched) want_linear.push_back(L), want_blocked.push_back(L);
+  /* the two layouts' shapes, and their names for the messages */
+  auto linear = [&] { return std::string("[") + (batched ? "L, " : "") + (rows_dim ? "rows, " : "") + "K/16]"; };
+  auto blocked = [&] { return std::string("[") + (batched ? "L, " : "") + "ceil(rows/128), ceil(K/64), 32, 4, 4]"; };
+  Shape want_linear;
+  int64_t want_blocked[6];
+  size_t nb = 0;
+  if (batched) want_linear.push_back(L), want_blocked[nb++] = L;
   if (rows_dim) want_linear.push_back(rows);
   want_linear.push_back(k_blocks);
-  for (int64_t d : {(rows + 127) / 128, (k_blocks + 3) / 4, (int64_t)32, (int64_t)4, (int64_t)4}) want_blocked.push_back(d);
+  for (int64_t d : {(rows + 127) / 128, (k_blocks + 3) / 4, (int64_t)32, (int64_t)4, (int64_t)4}) want_blocked[nb++] = d;
+  const at::IntArrayRef blocked_shape(want_blocked, nb);
 
   if (sf.dim() == base_rank + 1) {
-    TORCH_CHECK_VALUE(sf.sizes().vec() == want_linear, op, ": ", sf_name, " has shape ", sf.sizes(),
-                      "; the linear layout ", linear, " needs ", at::IntArrayRef(want_linear), " (rows=", rows,
-                      ", K=", K, ")");
+    TORCH_CHECK_VALUE(sf.sizes() == want_linear.ref(), op, ": ", sf_name, " has shape ", sf.sizes(),
+                      "; the linear layout ", linear(), " needs ", want_linear.ref(), " (rows=", rows, ", K=", K, ")");
     TORCH_CHECK_VALUE(sf.stride(-1) == 1 || k_blocks == 1, op, ": ", sf_name,
                       " must be contiguous along K/16 (stride ", sf.stride(-1), ")");
     o.sf_layout = NVFP4_SF_LINEAR;
     o.sf_row_stride = rows_dim ? sf.stride(-2) : 0;
   } else if (sf.dim() == (batched ? 6 : 5)) {
-    TORCH_CHECK_VALUE(sf.sizes().vec() == want_blocked, op, ": ", sf_name, " has shape ", sf.sizes(),
-                      "; the blocked layout ", blocked, " needs ", at::IntArrayRef(want_blocked), " (rows=", rows,
-                      ", K=", K, ")");
+    TORCH_CHECK_VALUE(sf.sizes() == blocked_shape, op, ": ", sf_name, " has shape ", sf.sizes(),
+                      "; the blocked layout ", blocked(), " needs ", blocked_shape, " (rows=", rows, ", K=", K, ")");
     // The atoms of one batch must be one contiguous array; dims of size 1 may have any stride.
     int64_t expect = 1;
     for (int64_t d = sf.dim() - 1; d >= (batched ? 1 : 0); d--) {
@@ -90,22 +159,22 @@ nvfp4_operand make_operand(const std::string &op, const Tensor &data, const char
     o.sf_layout = NVFP4_SF_BLOCKED;
     o.sf_row_stride = 0;
   } else {
-    TORCH_CHECK_VALUE(false, op, ": ", sf_name, " must be ", linear, " (linear) or ", blocked,
+    TORCH_CHECK_VALUE(false, op, ": ", sf_name, " must be ", linear(), " (linear) or ", blocked(),
                       " (blocked, 128x4 atoms); got ", sf.dim(), " dims ", sf.sizes());
   }
   return o;
 }
 
-void check_fp4_tensor(const std::string &op, const char *name, const Tensor &t) {
-  TORCH_CHECK_TYPE(is_fp4(t), op, ": ", name, " must be float4_e2m1fn_x2 or uint8 (two e2m1 codes per byte), got ",
-                   t.scalar_type());
+void check_fp4_tensor(const OpName &op, const char *name, const Arg &t) {
+  TORCH_CHECK_TYPE(is_fp4(t.dtype), op, ": ", name, " must be float4_e2m1fn_x2 or uint8 (two e2m1 codes per byte), got ",
+                   t.dtype);
   TORCH_CHECK_VALUE(t.dim() >= 1 && (t.stride(-1) == 1 || t.size(-1) == 1), op, ": ", name,
                     " must be contiguous along K (last-dim stride 1), got strides ", t.strides());
 }
 
 /* Validate one gemm-like problem (gemv when `vector`, dual when b2 is given). */
-Problem make_problem(const std::string &op, const Tensor &a, const Tensor &b, const Tensor *b2, const Tensor &sfa,
-                     const Tensor &sfb, const Tensor *sfb2, const std::optional<Tensor> &alpha, bool vector) {
+Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2, const Arg &sfa, const Arg &sfb,
+                     const Arg *sfb2, const std::optional<Tensor> &alpha, bool vector) {
   Problem pr;
   check_fp4_tensor(op, "a", a);
   check_fp4_tensor(op, b2 ? "b1" : "b", b);
@@ -129,14 +198,14 @@ Problem make_problem(const std::string &op, const Tensor &a, const Tensor &b, co
     TORCH_CHECK_VALUE(b.size(0) == L, op, ": ", bname, " has L=", b.size(0), " but a has L=", a.size(0));
   const int64_t M = a.size(-2), N = vector ? 1 : b.size(-2);
 
-  pr.device = a.device();
-  auto same_device = [&](const char *name, const Tensor &t) {
-    TORCH_CHECK_VALUE(t.device() == pr.device, op, ": ", name, " is on ", t.device(), " but a is on ", pr.device);
+  pr.device = a.device;
+  auto same_device = [&](const char *name, const at::Device &d) {
+    TORCH_CHECK_VALUE(d == pr.device, op, ": ", name, " is on ", d, " but a is on ", pr.device);
   };
-  same_device(bname, b);
-  same_device("sfa", sfa);
-  same_device(b2 ? "sfb1" : "sfb", sfb);
-  if (b2) same_device("b2", *b2), same_device("sfb2", *sfb2);
+  same_device(bname, b.device);
+  same_device("sfa", sfa.device);
+  same_device(b2 ? "sfb1" : "sfb", sfb.device);
+  if (b2) same_device("b2", b2->device), same_device("sfb2", sfb2->device);
   TORCH_CHECK_VALUE(pr.device.is_cpu() || pr.device.is_cuda(), op, ": tensors on ", pr.device,
                     " are not supported (CPU or CUDA)");
 
@@ -153,7 +222,7 @@ Problem make_problem(const std::string &op, const Tensor &a, const Tensor &b, co
     if (al.device().is_cpu())
       p.alpha = al.item<float>();  // host memory: no synchronisation
     else {
-      same_device("alpha", al);
+      same_device("alpha", al.device());
       p.alpha_ptr = al.const_data_ptr<float>();
     }
   }
@@ -163,18 +232,18 @@ Problem make_problem(const std::string &op, const Tensor &a, const Tensor &b, co
   return pr;
 }
 
-/* Point the problem at `out` after checking it. */
-void bind_out(const std::string &op, Problem &pr, const Tensor &out, bool vector) {
-  TORCH_CHECK_TYPE(out.scalar_type() == at::kHalf, op, ": out must be float16, got ", out.scalar_type());
-  TORCH_CHECK_VALUE(out.device() == pr.device, op, ": out is on ", out.device(), " but a is on ", pr.device);
-  TORCH_CHECK_VALUE(out.sizes().vec() == pr.out_shape, op, ": out has shape ", out.sizes(), ", expected ",
-                    at::IntArrayRef(pr.out_shape));
-  const bool batched = pr.out_shape.size() == (vector ? 2u : 3u);
+/* Point the problem at `out` (an Arg made writable) after checking it. */
+void bind_out(const OpName &op, Problem &pr, const Arg &out, bool vector) {
+  TORCH_CHECK_TYPE(out.dtype == at::kHalf, op, ": out must be float16, got ", out.dtype);
+  TORCH_CHECK_VALUE(out.device == pr.device, op, ": out is on ", out.device, " but a is on ", pr.device);
+  TORCH_CHECK_VALUE(out.sizes() == pr.out_shape.ref(), op, ": out has shape ", out.sizes(), ", expected ",
+                    pr.out_shape.ref());
+  const bool batched = pr.out_shape.n == (vector ? 2u : 3u);
   if (!vector)
     TORCH_CHECK_VALUE(out.stride(-1) == 1 || out.size(-1) <= 1, op,
                       ": out must be contiguous along N (last-dim stride 1), got strides ", out.strides());
   nvfp4_matmul &p = pr.p;
-  p.c = static_cast<uint16_t *>(out.data_ptr());
+  p.c = static_cast<uint16_t *>(out.ptr);
   p.c_row_stride = vector ? out.stride(-1) : out.stride(-2);
   p.c_batch_stride = batched ? out.stride(0) : 0;
 }
@@ -189,7 +258,7 @@ const char *status_text(nvfp4_status s) {
   return "unknown status";
 }
 
-void run_cpu(const std::string &op, const nvfp4_matmul &p) {
+void run_cpu(const OpName &op, const nvfp4_matmul &p) {
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
 #ifdef NVFP4_NO_CPU
   TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
@@ -206,129 +275,161 @@ void run_cpu(const std::string &op, const nvfp4_matmul &p) {
 #endif
 }
 
-void run(const std::string &op, std::vector<Problem> &problems) {
-  const at::Device device = problems[0].device;
+/* problems[0, count), validated, all on `device` */
+void run(const OpName &op, const nvfp4_matmul *problems, size_t count, const at::Device &device) {
   if (device.is_cpu()) {
-    for (const Problem &pr : problems) run_cpu(op, pr.p);
+    for (size_t g = 0; g < count; g++) run_cpu(op, problems[g]);
     return;
   }
 #ifdef NVFP4_WITH_CUDA
   c10::cuda::CUDAGuard guard(device);
-  std::vector<nvfp4_matmul> ps;
-  ps.reserve(problems.size());
-  for (const Problem &pr : problems) ps.push_back(pr.p);
-  nvfp4_status s = nvfp4_matmul_cuda(ps.data(), (int)ps.size(), c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  nvfp4_status s = nvfp4_matmul_cuda(problems, (int)count, c10::cuda::getCurrentCUDAStream(device.index()).stream());
   TORCH_CHECK(s == NVFP4_OK, op, ": CUDA launch failed: ", status_text(s),
               s == NVFP4_ERR_CUDA ? std::string(" (") + cudaGetErrorString(cudaGetLastError()) + ")" : "",
-              " for M=", ps[0].m, " N=", ps[0].n, " K=", ps[0].k, " L=", ps[0].batch);
+              " for M=", problems[0].m, " N=", problems[0].n, " K=", problems[0].k, " L=", problems[0].batch);
 #else
   TORCH_CHECK_VALUE(false, op, ": this build of nvfp4_kernels has no CUDA kernels (built CPU-only)");
 #endif
 }
 
 Tensor alloc_out(const Problem &pr, const Tensor &like) {
-  return at::empty(pr.out_shape, like.options().dtype(at::kHalf));
+  return at::empty(pr.out_shape.ref(), like.options().dtype(at::kHalf));
 }
 
 // ---- ops -------------------------------------------------------------------
 
-/* One gemv / gemm / dual problem: validate, bind (or allocate) the output, run.
- * b2 and sfb2 are given for dual; out is null for the allocating variants. */
-Tensor matmul_op(const char *op, bool vector, const Tensor &a, const Tensor &b, const Tensor *b2, const Tensor &sfa,
-                 const Tensor &sfb, const Tensor *sfb2, const std::optional<Tensor> &alpha, const Tensor *out) {
-  std::vector<Problem> prs{make_problem(op, a, b, b2, sfa, sfb, sfb2, alpha, vector)};
-  Tensor result = out ? *out : alloc_out(prs[0], a);
-  bind_out(op, prs[0], result, vector);
-  run(op, prs);
-  return result;
+/* One gemv / gemm / dual problem: validate, bind the output, run. b2 and sfb2
+ * are given for dual. */
+void matmul_out(const char *op, bool vector, const Arg &a, const Arg &b, const Arg *b2, const Arg &sfa,
+                const Arg &sfb, const Arg *sfb2, const std::optional<Tensor> &alpha, const Arg &out) {
+  Problem pr = make_problem({op}, a, b, b2, sfa, sfb, sfb2, alpha, vector);
+  bind_out({op}, pr, out, vector);
+  run({op}, &pr.p, 1, pr.device);
+}
+
+/* The same, the output allocated. */
+Tensor matmul_alloc(const char *op, bool vector, const Tensor &a, const Tensor &b, const Tensor *b2, const Tensor &sfa,
+                    const Tensor &sfb, const Tensor *sfb2, const std::optional<Tensor> &alpha) {
+  const Arg a_(a), b_(b), sfa_(sfa), sfb_(sfb);
+  const std::optional<Arg> b2_ = b2 ? std::optional<Arg>(*b2) : std::nullopt;
+  const std::optional<Arg> sfb2_ = sfb2 ? std::optional<Arg>(*sfb2) : std::nullopt;
+  Problem pr = make_problem({op}, a_, b_, b2 ? &*b2_ : nullptr, sfa_, sfb_, sfb2 ? &*sfb2_ : nullptr, alpha, vector);
+  Tensor out = alloc_out(pr, a);
+  bind_out({op}, pr, Arg(out, true), vector);
+  run({op}, &pr.p, 1, pr.device);
+  return out;
 }
 
 void gemv_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
               const std::optional<Tensor> &alpha, const Tensor &out) {
-  matmul_op("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha, &out);
+  matmul_out("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha, Arg(out, true));
 }
 
 Tensor gemv(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
             const std::optional<Tensor> &alpha) {
-  return matmul_op("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha, nullptr);
+  return matmul_alloc("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha);
 }
 
 void gemm_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
               const std::optional<Tensor> &alpha, const Tensor &out) {
-  matmul_op("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha, &out);
+  matmul_out("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha, Arg(out, true));
 }
 
 Tensor gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
             const std::optional<Tensor> &alpha) {
-  return matmul_op("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha, nullptr);
+  return matmul_alloc("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha);
 }
 
 void dual_gemm_out(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
                    const Tensor &sfb2, const Tensor &out) {
-  matmul_op("nvfp4.dual_gemm", false, a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt, &out);
+  const Arg b2_(b2), sfb2_(sfb2);
+  matmul_out("nvfp4.dual_gemm", false, a, b1, &b2_, sfa, sfb1, &sfb2_, std::nullopt, Arg(out, true));
 }
 
 Tensor dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
                  const Tensor &sfb2) {
-  return matmul_op("nvfp4.dual_gemm", false, a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt, nullptr);
+  return matmul_alloc("nvfp4.dual_gemm", false, a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt);
 }
 
-std::vector<Problem> make_group(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
-                                const at::TensorList sfbs) {
-  const std::string op = "nvfp4.group_gemm";
-  TORCH_CHECK_VALUE(!as.empty(), op, ": the lists are empty; give at least one problem");
-  TORCH_CHECK_VALUE(bs.size() == as.size() && sfas.size() == as.size() && sfbs.size() == as.size(), op,
-                    ": the lists must have equal lengths, got a=", as.size(), " b=", bs.size(), " sfa=", sfas.size(),
-                    " sfb=", sfbs.size());
-  std::vector<Problem> prs;
+/* A grouped call's arguments, group g's at index g (held in place: a group
+ * of 8 needs no heap memory). */
+using Args = c10::SmallVector<Arg, 8>;
+using Problems = c10::SmallVector<Problem, 8>;
+
+Args args_of(const at::TensorList ts, bool writable = false) {
+  Args r;
+  for (const Tensor &t : ts) r.emplace_back(t, writable);
+  return r;
+}
+
+void check_group_lists(size_t a, size_t b, size_t sfa, size_t sfb) {
+  const char *op = "nvfp4.group_gemm";
+  TORCH_CHECK_VALUE(a > 0, op, ": the lists are empty; give at least one problem");
+  TORCH_CHECK_VALUE(b == a && sfa == a && sfb == a, op, ": the lists must have equal lengths, got a=", a, " b=", b,
+                    " sfa=", sfa, " sfb=", sfb);
+}
+
+Problems make_group(const Args &as, const Args &bs, const Args &sfas, const Args &sfbs) {
+  check_group_lists(as.size(), bs.size(), sfas.size(), sfbs.size());
+  Problems prs;
   for (size_t g = 0; g < as.size(); g++) {
-    prs.push_back(make_problem(op + " (group " + std::to_string(g) + ")", as[g], bs[g], nullptr, sfas[g], sfbs[g],
-                               nullptr, std::nullopt, false));
-    TORCH_CHECK_VALUE(prs[g].device == prs[0].device, op, ": group ", g, " is on ", prs[g].device,
+    prs.push_back(make_problem({"nvfp4.group_gemm", (int64_t)g}, as[g], bs[g], nullptr, sfas[g], sfbs[g], nullptr,
+                               std::nullopt, false));
+    TORCH_CHECK_VALUE(prs[g].device == prs[0].device, "nvfp4.group_gemm: group ", g, " is on ", prs[g].device,
                       " but group 0 is on ", prs[0].device);
   }
   return prs;
 }
 
-void group_gemm_out(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
-                    const at::TensorList sfbs, const at::TensorList outs) {
-  std::vector<Problem> prs = make_group(as, bs, sfas, sfbs);
+void run_group(Problems &prs) {
+  c10::SmallVector<nvfp4_matmul, 8> ps;
+  for (const Problem &pr : prs) ps.push_back(pr.p);
+  run({"nvfp4.group_gemm"}, ps.data(), ps.size(), prs[0].device);
+}
+
+/* outs: writable Args */
+void group_out(const Args &as, const Args &bs, const Args &sfas, const Args &sfbs, const Args &outs) {
+  Problems prs = make_group(as, bs, sfas, sfbs);
   TORCH_CHECK_VALUE(outs.size() == as.size(), "nvfp4.group_gemm: out has ", outs.size(), " tensors for ", as.size(),
                     " problems");
-  for (size_t g = 0; g < prs.size(); g++)
-    bind_out("nvfp4.group_gemm (group " + std::to_string(g) + ")", prs[g], outs[g], false);
-  run("nvfp4.group_gemm", prs);
+  for (size_t g = 0; g < prs.size(); g++) bind_out({"nvfp4.group_gemm", (int64_t)g}, prs[g], outs[g], false);
+  run_group(prs);
+}
+
+void group_gemm_out(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
+                    const at::TensorList sfbs, const at::TensorList outs) {
+  group_out(args_of(as), args_of(bs), args_of(sfas), args_of(sfbs), args_of(outs, true));
 }
 
 std::vector<Tensor> group_gemm(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
                                const at::TensorList sfbs) {
-  std::vector<Problem> prs = make_group(as, bs, sfas, sfbs);
+  Problems prs = make_group(args_of(as), args_of(bs), args_of(sfas), args_of(sfbs));
   std::vector<Tensor> outs;
   for (size_t g = 0; g < prs.size(); g++) {
     outs.push_back(alloc_out(prs[g], as[g]));
-    bind_out("nvfp4.group_gemm", prs[g], outs[g], false);
+    bind_out({"nvfp4.group_gemm", (int64_t)g}, prs[g], Arg(outs[g], true), false);
   }
-  run("nvfp4.group_gemm", prs);
+  run_group(prs);
   return outs;
 }
 
-/* The GPU MODE harness's views (CONTRACT.md): a, b, c as (R, C, L) views of
+/* The GPU MODE harness's tensors (CONTRACT.md): a, b, c as (R, C, L) views of
  * [L, R, C] memory; the permuted scales (32, 4, RB, 4, KB4, L) of
- * [L, RB, KB4, 32, 4, 4] memory. The competition_* ops below take the
- * harness's tensors as they come and make these views here, not in Python:
- * host time per call is what the harness's back-to-back loop pays for. */
+ * [L, RB, KB4, 32, 4, 4] memory. The competition_* ops below take them as
+ * they come and read them through permuted Args, with no view tensors: host
+ * time per call is what the harness's back-to-back loop pays for. */
 std::string group_index(int64_t g) { return g < 0 ? std::string() : "[" + std::to_string(g) + "]"; }
 
 /* `name` (with [g] for a group's tensor, g >= 0) appears only in the error. */
-Tensor harness_rows(const char *op, const char *name, const Tensor &t, int64_t g = -1) {
+Arg harness_rows(const char *op, const char *name, const Tensor &t, int64_t g = -1, bool writable = false) {
   TORCH_CHECK_VALUE(t.dim() == 3, op, ": ", name, group_index(g), " must be (R, C, L), got ", t.dim(), " dims");
-  return t.permute({2, 0, 1});
+  return Arg(t, {2, 0, 1}, writable);
 }
 
-Tensor harness_blocked(const char *op, const char *name, const Tensor &t, int64_t g = -1) {
+Arg harness_blocked(const char *op, const char *name, const Tensor &t, int64_t g = -1) {
   TORCH_CHECK_VALUE(t.dim() == 6, op, ": ", name, group_index(g),
                     " must be permuted scales (32, 4, RB, 4, KB4, L), got ", t.dim(), " dims");
-  return t.permute({5, 2, 4, 0, 1, 3});
+  return Arg(t, {5, 2, 4, 0, 1, 3});
 }
 
 /* The group gemm's lists (a, b, c and the permuted scales of each group). */
@@ -339,15 +440,15 @@ void competition_group_gemm(const at::TensorList as, const at::TensorList bs, co
                         cs.size() == as.size(),
                     op, ": the lists must have equal lengths, got a=", as.size(), " b=", bs.size(),
                     " sfa=", sfas.size(), " sfb=", sfbs.size(), " c=", cs.size());
-  std::vector<Tensor> a2, b2, sfa2, sfb2, c2;
+  Args a2, b2, sfa2, sfb2, c2;
   for (size_t g = 0; g < as.size(); g++) {
     a2.push_back(harness_rows(op, "a", as[g], g));
     b2.push_back(harness_rows(op, "b", bs[g], g));
-    c2.push_back(harness_rows(op, "c", cs[g], g));
+    c2.push_back(harness_rows(op, "c", cs[g], g, true));
     sfa2.push_back(harness_blocked(op, "sfa", sfas[g], g));
     sfb2.push_back(harness_blocked(op, "sfb", sfbs[g], g));
   }
-  group_gemm_out(a2, b2, sfa2, sfb2, c2);
+  group_out(a2, b2, sfa2, sfb2, c2);
 }
 
 /* The gemv / gemm tuple (a, b, sfa, sfb, sfa_perm, sfb_perm, c). gemv (c is
@@ -356,14 +457,14 @@ void competition_group_gemm(const at::TensorList as, const at::TensorList bs, co
 void competition_gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb, const Tensor &sfa_perm,
                       const Tensor &sfb_perm, const Tensor &c) {
   const char *op = "nvfp4.competition_gemm";
-  const Tensor c3 = harness_rows(op, "c", c), b3 = harness_rows(op, "b", b);
+  const Arg c3 = harness_rows(op, "c", c, -1, true), b3 = harness_rows(op, "b", b);
   if (c3.size(2) == 1 && b3.size(1) == 128) {  // gemv: row 0 of b and of its scales is the vector
-    const Tensor sfb3 = harness_rows(op, "sfb", sfb);
-    gemv_out(harness_rows(op, "a", a), b3.select(1, 0), harness_rows(op, "sfa", sfa), sfb3.select(1, 0), std::nullopt,
-             c3.select(2, 0));
+    const Arg sfb3 = harness_rows(op, "sfb", sfb);
+    matmul_out("nvfp4.gemv", true, harness_rows(op, "a", a), b3.select0(1), nullptr, harness_rows(op, "sfa", sfa),
+               sfb3.select0(1), nullptr, std::nullopt, c3.select0(2));
   } else {
-    gemm_out(harness_rows(op, "a", a), b3, harness_blocked(op, "sfa_perm", sfa_perm),
-             harness_blocked(op, "sfb_perm", sfb_perm), std::nullopt, c3);
+    matmul_out("nvfp4.gemm", false, harness_rows(op, "a", a), b3, nullptr, harness_blocked(op, "sfa_perm", sfa_perm),
+               harness_blocked(op, "sfb_perm", sfb_perm), nullptr, std::nullopt, c3);
   }
 }
 
@@ -374,9 +475,10 @@ void competition_dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, 
                            const Tensor &sfb2_perm, const Tensor &c) {
   const char *op = "nvfp4.competition_dual_gemm";
   (void)sfa, (void)sfb1, (void)sfb2;
-  dual_gemm_out(harness_rows(op, "a", a), harness_rows(op, "b1", b1), harness_rows(op, "b2", b2),
-                harness_blocked(op, "sfa_perm", sfa_perm), harness_blocked(op, "sfb1_perm", sfb1_perm),
-                harness_blocked(op, "sfb2_perm", sfb2_perm), harness_rows(op, "c", c));
+  const Arg b2_ = harness_rows(op, "b2", b2), sfb2_ = harness_blocked(op, "sfb2_perm", sfb2_perm);
+  matmul_out("nvfp4.dual_gemm", false, harness_rows(op, "a", a), harness_rows(op, "b1", b1), &b2_,
+             harness_blocked(op, "sfa_perm", sfa_perm), harness_blocked(op, "sfb1_perm", sfb1_perm), &sfb2_,
+             std::nullopt, harness_rows(op, "c", c, -1, true));
 }
 
 }  // namespace

@@ -6,8 +6,9 @@ embeds it (with the kernels) into one file for popcorn-cli.
 The harness's tensors are batch-last views of batch-first memory
 (../shared/competition/CONTRACT.md), so a permute turns each into the [L, ...]
 layout the ops take without a copy. The nvfp4::competition_* ops take the
-harness's tensors as they come and make those views in C++: one op call per
-harness call, since host time is what the harness's back-to-back loop pays
+harness's tensors as they come and read them through those permutations in
+C++, without making view tensors: one op call per harness call and no
+allocation, since host time is what the harness's back-to-back loop pays
 for. gemv reads the linear scales (its kernel reads either layout at the same
 rate since 82ad30f, H200, docs/PERF.md); the others read the permuted
 (blocked 128x4) scales, which are on the GPU for every problem (group
