@@ -18,7 +18,7 @@ def main():
         return bool(within_tolerance(out, ref).all())
 
     # the last four take the Hopper tensor-core kernel there (K % 64 == 0); (128, 256, 2048): split-K;
-    # (130, 20480, 64): 160 tiles, more than multiprocessors: CTAs that take several tiles
+    # (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs
     cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
              (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
              (None, 130, 20480, 64, "blocked")]

@@ -118,7 +118,7 @@ def test_activation_tile(gen, m, tile):
     """The tensor-core kernel takes the smallest activation tile that holds M."""
     a, b = gemm_problem(None, m, 256, 1024, gen, "cuda")
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
-    assert any(re.search(rf"matmul_sm90_kernel<false, {tile}, false>", n) for n in names), names
+    assert any(re.search(rf"matmul_sm90_kernel<false, {tile}>", n) for n in names), names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} on cuda")
 
 
@@ -157,19 +157,14 @@ def test_long_k_ring_reuse(gen, op, m, n, k):
 @pytest.mark.parametrize("op,L,m,n,k", [("gemm", 2, 1000, 4100, 256), ("dual", 2, 1000, 2100, 256),
                                          ("gemm", None, 40, 70000, 128), ("gemm", None, 20, 70000, 128),
                                          ("dual", None, 33, 35000, 192)])
-def test_persistent_tiles(gen, op, L, m, n, k):
+def test_multi_wave_tiles(gen, op, L, m, n, k):
     """More tiles than multiprocessors (272-274 here), without split-K (K too
-    short for it). The gemm takes the persistent kernel: each CTA takes several
-    tiles, its rings running on from one tile to the next and its epilogue
-    staged outside them while the next tile loads. The dual keeps one tile per
-    CTA, in two waves. Tails in M and N, batches, the 128-, 64- and 32-row
-    activation tiles."""
+    short for it): CTAs in several waves, tails in M and N, batches, the 128-,
+    64- and 32-row activation tiles."""
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", layouts_for(m, n, k))
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
     if op == "gemm":
-        tile = 32 if m <= 32 else 64 if m <= 64 else 128
-        run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out),
-            kernel=f"matmul_sm90_kernel<false, {tile}, true>")
+        run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out))
         ref = ref_gemm(a, b1)
     else:
         b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layouts_for(m, n, k)[1])
@@ -179,14 +174,13 @@ def test_persistent_tiles(gen, op, L, m, n, k):
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
-def test_persistent_group(gen):
-    """A grouped launch of 171 tiles (K too short for split-K): persistent CTAs
-    cross from one group to the next."""
+def test_multi_wave_group(gen):
+    """A grouped launch of 171 tiles (K too short for split-K): two waves of
+    CTAs, groups of different M, N and K."""
     sizes = [(600, 5000, 128), (77, 5000, 64), (260, 4100, 192)]
     probs = [gemm_problem(None, m, n, k, gen, "cuda", layouts_for(m, n, k)) for m, n, k in sizes]
     outs = [poisoned((m, n), "cuda") for m, n, _ in sizes]
     run("cuda", lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],
-                                      [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs),
-        kernel="matmul_sm90_kernel<false, 128, true>")
+                                      [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs))
     for g, ((a, b), out) in enumerate(zip(probs, outs)):
         assert_matches(out, ref_gemm(a, b), f"group_gemm group {g} of {sizes} on cuda")

@@ -58,23 +58,6 @@ __device__ __forceinline__ void st_global_v2(void *dst, uint32_t x, uint32_t y) 
   asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(x), "r"(y) : "memory");
 }
 
-/* One 16-byte store (dst 16-byte aligned). */
-__device__ __forceinline__ void st_global_v4(void *dst, uint4 v) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-/* Shared memory at a 32-bit shared address: fp16 of v (round to nearest), and a
- * 16-byte load. */
-__device__ __forceinline__ void st_shared_f16(uint32_t addr, float v) {
-  asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(__half_as_ushort(__float2half_rn(v))) : "memory");
-}
-__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-
 /* Programmatic dependent launch (sm_90+; nothing below). A kernel launched
  * with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
  * kernel before it in the stream is finishing: pdl_wait() then blocks until

@@ -40,16 +40,6 @@
  * through distributed shared memory in rank order: deterministic, no
  * workspace, no extra launch. S is chosen from the clusters that fit at once.
  *
- * Persistent CTAs. A gemm launch without split-K and with more tiles than fit
- * at once runs matmul_sm90_kernel<false, TM, true>: one CTA per SM, each
- * taking tiles x, x + grid, ... The rings run on from one tile to the next, so
- * the producer loads and decodes the next tile while the consumers store this
- * one through a staging area of their own (fp16, 16-byte global stores): the
- * per-wave pipeline fill and epilogue of a one-tile-per-CTA grid are hidden
- * (H200: 4096^3 -4%, 1024x7168x2048 -7%, PERF.md session 9). Everything else
- * (split-K, the dual, single-wave grids) runs the one-tile kernel
- * <DUAL, TM, false>, compiled apart so that its loops stay the plain ones.
- *
  * Speed of light (H200 measured: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
  * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Issue slots
  * are the limit: per K step a 256 x 128 tile is 4.2 MFLOP of wgmma (1024
@@ -97,15 +87,8 @@ struct Layout {
   static constexpr int BAR_BASE = RAW_BASE + STAGES * STAGE_BYTES; /* 8-byte mbarriers */
   static constexpr int MAIN_BYTES = BAR_BASE + 8 * (2 * STAGES + 2 * NA16);
   static constexpr int PART_BYTES = TM * PART_PITCH * 4;
-  static_assert(PART_BYTES <= BAR_BASE, "the split-K epilogue tile reuses the rings, not the barriers");
-  /* the persistent epilogue's staging, outside the rings (the producer is
-   * already filling them with the next tile): per consumer warp, 16 output
-   * columns x TM rows of fp16, rows STG_PITCH bytes apart (32 + 16: the four
-   * row pairs a warp store covers fall in different banks) */
-  static constexpr int STG_PITCH = 48, STG_WARP = TM * STG_PITCH;
-  static constexpr int STG_BASE = (MAIN_BYTES + 127) / 128 * 128;
-  static constexpr int SMEM_BYTES = MAIN_BYTES + 1024, PERSIST_SMEM_BYTES = STG_BASE + 8 * STG_WARP + 1024;
-  static_assert(PERSIST_SMEM_BYTES <= 227 * 1024, "shared memory per CTA");
+  static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
+  static constexpr int SMEM_BYTES = MAIN_BYTES + 1024;
 };
 
 #if NVFP4_SM90A
@@ -124,7 +107,7 @@ __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
 }
 #endif
 
-template <bool DUAL, int TM, bool PERSIST>
+template <bool DUAL, int TM>
 __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split) {
 #if NVFP4_SM90A
   using L = Layout<TM>;
@@ -145,44 +128,20 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   auto bar = [&](int i) { return smem_addr + L::BAR_BASE + 8 * i; };
   auto raw_chunk = [](int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); };
 
+  const int rank = (int)(blockIdx.x % (unsigned)split);
+  int64_t tile = blockIdx.x / (unsigned)split;
+  const nvfp4_matmul &p = t.p[table_find(t, tile)];
+  constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R; /* output columns (n) per tile */
+  /* 32-bit tile arithmetic (the launch has < 2^31 tiles): 64-bit divisions
+   * are subroutine calls */
+  const int tiles_m = (int)((p.m + TM - 1) / TM), tiles_n = (int)((p.n + OUT_COLS - 1) / OUT_COLS);
+  const int tile32 = (int)tile, l = tile32 / (tiles_m * tiles_n), in_batch = tile32 % (tiles_m * tiles_n);
+  const int64_t n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = (int64_t)(in_batch % tiles_m) * TM;
+  const int ksteps = (int)(p.k / KSTEP);
+  const int kbeg = (int)((int64_t)ksteps * rank / split);
+  const int steps = (int)((int64_t)ksteps * (rank + 1) / split) - kbeg;
   const int tid = threadIdx.x;
   NVFP4_TRACE_POINT(tid == 0, 0);
-  /* Tiles. One per CTA (!PERSIST): CTA x takes K range x % split of tile
-   * x / split, and its epilogue reuses the rings, which then hold nothing
-   * more. Persistent (a gemm without split-K with more tiles than fit at
-   * once): one CTA per SM, CTA x takes tiles x, x + grid, ...; the producer
-   * fills the rings with the next tile while the consumers store this one
-   * outside them, and the rings' slots and phases run on across tiles (g
-   * counts the K steps the CTA has taken). The one-tile kernels are compiled
-   * apart so that their loops are the plain ones (the loop over tiles, the
-   * running step count and the staged epilogue cost the dual and the split-K
-   * shapes 2-4% when they were runtime choices, PERF.md session 8). */
-  static_assert(!(PERSIST && DUAL), "the dual keeps one tile per CTA");
-  const int rank = PERSIST ? 0 : (int)(blockIdx.x % (unsigned)split);
-  const int tiles = t.tile_start[t.count];
-  const int tile_first = PERSIST ? (int)blockIdx.x : (int)(blockIdx.x / (unsigned)split);
-  constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R; /* output columns (n) per tile */
-  /* The tile's problem and place: 32-bit tile arithmetic (the launch has
-   * < 2^31 tiles; 64-bit divisions are subroutine calls) */
-  struct Tile {
-    const nvfp4_matmul *p;
-    int l, kbeg, steps;
-    int64_t n0, m0;
-  };
-  auto tile_at = [&](int tile) {
-    int64_t local = tile;
-    Tile x;
-    x.p = &t.p[table_find(t, local)];
-    const int tiles_m = (int)((x.p->m + TM - 1) / TM), tiles_n = (int)((x.p->n + OUT_COLS - 1) / OUT_COLS);
-    const int tl = (int)local, in_batch = tl % (tiles_m * tiles_n);
-    x.l = tl / (tiles_m * tiles_n);
-    x.n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, x.m0 = (int64_t)(in_batch % tiles_m) * TM;
-    const int ksteps = (int)(x.p->k / KSTEP);
-    x.kbeg = (int)((int64_t)ksteps * rank / split);
-    x.steps = (int)((int64_t)ksteps * (rank + 1) / split) - x.kbeg;
-    return x;
-  };
-  const Tile first = tile_at(tile_first); /* the only one without PERSIST */
 
   if (tid == 0) {
     for (int i = 0; i < STAGES; i++) {
@@ -212,334 +171,263 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
      * values) each, blocks t0 .. t0 + BPT - 1 of row ar */
     constexpr int TPR = 128 / TM, BPT = 4 / TPR;
     const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
+    const int64_t k_blocks = p.k / 16;
     auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
+    /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
+     * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
+    auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
     constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
-    int g = 0; /* stays 0 without PERSIST: the loop below runs once */
-    int tile = tile_first;
-    do {
-      const Tile x = PERSIST && tile != tile_first ? tile_at(tile) : first;
-      const nvfp4_matmul &p = *x.p;
-      const int l = x.l, kbeg = x.kbeg, steps = x.steps;
-      const int64_t k_blocks = p.k / 16;
-      /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
-       * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
-      auto b_row = [&](int tr) { return clamp(x.n0 + (DUAL ? tr % 128 : tr), p.n); };
-      const uint8_t *a_src[A_COPIES];
+    const uint8_t *a_src[A_COPIES];
+#pragma unroll
+    for (int i = 0; i < A_COPIES; i++)
+      a_src[i] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * i, p.m) * p.a.row_stride + 16 * half;
+    const uint8_t *b_src[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const nvfp4_operand &bop = (DUAL && i >= 2) ? p.b2 : p.b;
+      b_src[i] = bop.data + l * bop.batch_stride + b_row(pr + 64 * i) * bop.row_stride + 16 * half;
+    }
+    /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
+    const uint8_t *sa_src =
+        p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(m0 + r, p.m), 0);
+    /* bytes from one step's 4 scale columns to the next: the layout's alone */
+    const int sa_step = (int)nvfp4_sf_offset(p.a.sf_layout, 0, k_blocks, 0, 4);
+    const uint8_t *sb_src[2];
+    int sb_step[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const nvfp4_operand &bop = (DUAL && i) ? p.b2 : p.b;
+      sb_src[i] = bop.sf + l * bop.sf_batch_stride +
+                  nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * i), 0);
+      sb_step[i] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
+    }
+
+    auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
+      uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+      const int kk = (kbeg + ks) * 32;
 #pragma unroll
       for (int i = 0; i < A_COPIES; i++)
-        a_src[i] = p.a.data + l * p.a.batch_stride + clamp(x.m0 + pr + 64 * i, p.m) * p.a.row_stride + 16 * half;
-      const uint8_t *b_src[4];
+        if (TM >= 64 || pr < TM) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const nvfp4_operand &bop = (DUAL && i >= 2) ? p.b2 : p.b;
-        b_src[i] = bop.data + l * bop.batch_stride + b_row(pr + 64 * i) * bop.row_stride + 16 * half;
-      }
-      /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
-      const uint8_t *sa_src = p.a.sf + l * p.a.sf_batch_stride +
-                              nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(x.m0 + r, p.m), 0);
-      /* bytes from one step's 4 scale columns to the next: the layout's alone */
-      const int sa_step = (int)nvfp4_sf_offset(p.a.sf_layout, 0, k_blocks, 0, 4);
-      const uint8_t *sb_src[2];
-      int sb_step[2];
+      for (int i = 0; i < 4; i++) cp_async_16(st + RAW_B + raw_chunk(pr + 64 * i, half), b_src[i] + kk, 16);
+      if (TM == 128 || r < TM) cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
 #pragma unroll
-      for (int i = 0; i < 2; i++) {
-        const nvfp4_operand &bop = (DUAL && i) ? p.b2 : p.b;
-        sb_src[i] = bop.sf + l * bop.sf_batch_stride +
-                    nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * i), 0);
-        sb_step[i] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
-      }
+      for (int i = 0; i < 2; i++) cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
+      cp_async_mbar_arrive(bar(BAR_FULL + slot));
+    };
+    for (int j = 0; j < STAGES && j < steps; j++) load(j, j);
+    NVFP4_TRACE_POINT(tid == 0, 9);
 
-      auto load = [&](int slot, int ks) { /* the tile's step ks into ring slot */
-        uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-        const int kk = (kbeg + ks) * 32;
-#pragma unroll
-        for (int i = 0; i < A_COPIES; i++)
-          if (TM >= 64 || pr < TM) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
-#pragma unroll
-        for (int i = 0; i < 4; i++) cp_async_16(st + RAW_B + raw_chunk(pr + 64 * i, half), b_src[i] + kk, 16);
-        if (TM == 128 || r < TM) cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-          cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
-        cp_async_mbar_arrive(bar(BAR_FULL + slot));
-      };
-      /* the CTA's steps g .. g + STAGES - 1; persistent, a slot's last
-       * readers (the previous tile's step g + j - STAGES) must be done */
-      for (int j = 0; j < STAGES && j < steps; j++) {
-        const int gs = g + j, slot = gs % STAGES;
-        if (PERSIST && gs >= STAGES) mbar_wait(bar(BAR_EMPTY + slot), ((gs / STAGES) - 1) & 1);
-        load(slot, j);
-      }
-      NVFP4_TRACE_POINT(tid == 0 && g == 0, 9);
-
-      for (int j = 0; j < steps; j++) {
-        const int gj = g + j, slot = gj % STAGES, buf = gj % NA16;
-        mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
-        NVFP4_TRACE_POINT(tid == 0 && gj == 0, 2);
-        if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
-        const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-        /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
-         * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
-         * chunk 2i + h, word t of the row's fp16 tile */
-        uint32_t w[2][BPT];
-        if constexpr (BPT == 4) {
-          const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
-          const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
-          w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
-          w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
-        } else if constexpr (BPT == 2) {
-          const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
-          w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
-        } else {
-          const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
-          w[0][0] = c.x, w[1][0] = c.y;
-        }
-        const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
-        /* this warp's reads of the slot are done: its refill (by producer
-         * threads that decode other rows) waits for every reader */
-        __syncwarp();
-        if ((tid & 31) == 0) mbar_arrive(bar(BAR_EMPTY + slot));
-        uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
-        if constexpr (BPT == 1) {
-          sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
-        } else {
-#pragma unroll
-          for (int q = 0; q < BPT; q += 2) {
-            const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
-            sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
-          }
-        }
-        uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          uint32_t d[BPT][4];
-#pragma unroll
-          for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
-#pragma unroll
-          for (int i = 0; i < 4; i++) {
-            uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
-            if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
-            else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
-            else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
-          }
-        }
-        fence_proxy_async_smem();
-        mbar_arrive(bar(BAR_A16_FULL + buf));
-        /* refill the slot of step j - 1 once every consumer and producer
-         * warp has read it */
-        if (j >= 1 && j - 1 + STAGES < steps) {
-          const int old = (gj - 1) % STAGES;
-          mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
-          load(old, j - 1 + STAGES);
-        }
-      }
-      if (PERSIST) g += steps;
-    } while (PERSIST && (tile += (int)gridDim.x) < tiles);
-    NVFP4_TRACE_POINT(tid == 0, 3);
-    pdl_launch_dependents();
-    if (!PERSIST) {
-      /* the epilogue's barriers, with the consumers: (A) the rings are free,
-       * (B) the partial tile is written (and with split-K: (C) it has been
-       * read) */
-      named_barrier_sync(0, THREADS);
-      if (split > 1) {
-        cluster_sync();
-        cluster_sync();
+    for (int j = 0; j < steps; j++) {
+      const int slot = j % STAGES, buf = j % NA16;
+      mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
+      NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
+      if (j >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((j / NA16) - 1) & 1);
+      const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+      /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
+       * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
+       * chunk 2i + h, word t of the row's fp16 tile */
+      uint32_t w[2][BPT];
+      if constexpr (BPT == 4) {
+        const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
+        const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
+        w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
+        w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
+      } else if constexpr (BPT == 2) {
+        const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
+        w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
       } else {
-        named_barrier_sync(0, THREADS);
+        const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
+        w[0][0] = c.x, w[1][0] = c.y;
+      }
+      const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
+      /* this warp's reads of the slot are done: its refill (by producer
+       * threads that decode other rows, one step later) waits for every reader */
+      __syncwarp();
+      if ((tid & 31) == 0) mbar_arrive(bar(BAR_EMPTY + slot));
+      uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
+      if constexpr (BPT == 1) {
+        sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
+      } else {
+#pragma unroll
+        for (int q = 0; q < BPT; q += 2) {
+          const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
+          sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
+        }
+      }
+      uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint32_t d[BPT][4];
+#pragma unroll
+        for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
+          if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
+          else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
+          else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
+        }
+      }
+      fence_proxy_async_smem();
+      mbar_arrive(bar(BAR_A16_FULL + buf));
+      /* refill the slot of step j-1 once every consumer and producer warp has read it */
+      if (j >= 1 && j - 1 + STAGES < steps) {
+        const int old = (j - 1) % STAGES;
+        mbar_wait(bar(BAR_EMPTY + old), ((j - 1) / STAGES) & 1);
+        load(old, j - 1 + STAGES);
       }
     }
+    NVFP4_TRACE_POINT(tid == 0, 3);
+    pdl_launch_dependents();
+    /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
+     * the partial tile is written (and with split-K: (C) it has been read) */
+    named_barrier_sync(0, THREADS);
+    if (split > 1) {
+      cluster_sync();
+      cluster_sync();
+    } else {
+      named_barrier_sync(0, THREADS);
+    }
   } else {
-    /* ---- consumers: warpgroup wg takes tile rows 128 wg .. 128 wg + 127
+    /* ---- consumers: warpgroup wg takes weight rows 128 wg .. 128 wg + 127
      * (two halves of 64) over every K step. The two take turns on the tensor
      * cores (named barriers 2 and 3 order their wgmma issue): one decodes its
      * next fragments while the other's 8 wgmma run. Warp w, lane (g, tq):
      * rows 128 wg + 64 hf + 16 w + g (+ 8). */
     setmaxnreg_inc<CONSUMER_REGS>();
     const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
+    float acc[2][TM / 2]; /* [half of the warpgroup's rows][wgmma accumulator] */
+#pragma unroll
+    for (int i = 0; i < TM / 2; i++) acc[0][i] = acc[1][i] = 0.f;
     /* The 128-row tile's warpgroups take turns on the tensor cores (named
      * barriers 2 and 3 order their wgmma issue): one decodes its next
      * fragments while the other's 8 wgmma run. The smaller tiles do not: see
      * "Small M" above. */
     constexpr bool PING_PONG = TM == 128;
-    /* tile row of acc[hf][4b + 2rr + jj]: gemm output column n - n0; dual
-     * columns 0..127 (warpgroup 0) are B1's, 128..255 B2's of the same n */
-    auto tile_row = [&](int hf, int rr) { return 128 * wg + 64 * hf + 16 * warp + g + 8 * rr; };
-    const uint64_t desc0 = wgmma_desc_sw128(smem_addr); /* the fp16 ring's first tile */
-    int gbase = 0; /* stays 0 without PERSIST: the loop below runs once */
-    int tile = tile_first;
-    do {
-      const Tile x = PERSIST && tile != tile_first ? tile_at(tile) : first;
-      const nvfp4_matmul &p = *x.p;
-      const int l = x.l, steps = x.steps;
-      float acc[2][TM / 2]; /* [half of the warpgroup's rows][wgmma accumulator] */
+    for (int j = 0; j < steps; j++) {
+      const int slot = j % STAGES, buf = j % NA16;
+      mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
+      const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+      uint2 v[2][2];
+      uint32_t sb[2];
 #pragma unroll
-      for (int i = 0; i < TM / 2; i++) acc[0][i] = acc[1][i] = 0.f;
-      for (int j = 0; j < steps; j++) {
-        const int gj = gbase + j, slot = gj % STAGES, buf = gj % NA16;
-        mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
-        const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-        uint2 v[2][2];
-        uint32_t sb[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-          const int r0 = wg * 128 + hf * 64 + warp * 16 + g;
-          v[hf][0] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0, tq >> 1) + 8 * (tq & 1));
-          v[hf][1] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0 + 8, tq >> 1) + 8 * (tq & 1));
-          sb[hf] = (uint32_t)st[RAW_SFB + r0 * 4 + tq] | ((uint32_t)st[RAW_SFB + (r0 + 8) * 4 + tq] << 8);
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
-        uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-          const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb[hf]);
-          const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
-          uint32_t h00[4], h01[4], h10[4], h11[4];
-          nvfp4_e2m1x8_to_half2x4(v[hf][0].x, s0, h00);
-          nvfp4_e2m1x8_to_half2x4(v[hf][0].y, s0, h01);
-          nvfp4_e2m1x8_to_half2x4(v[hf][1].x, s1, h10);
-          nvfp4_e2m1x8_to_half2x4(v[hf][1].y, s1, h11);
-#pragma unroll
-          for (int s = 0; s < 4; s++) {
-            f[hf][s][0] = h00[s];
-            f[hf][s][1] = h10[s];
-            f[hf][s][2] = h01[s];
-            f[hf][s][3] = h11[s];
-          }
-        }
-        /* persistent: from one base descriptor by addition (the address
-         * field is byte address / 16: + 2 per k16 step); built anew per step
-         * there, the four went through vector registers (16 R2UR per step) */
-        uint64_t desc[4];
-#pragma unroll
-        for (int s = 0; s < 4; s++)
-          desc[s] = PERSIST ? desc0 + (uint64_t)(buf * (A16_BYTES >> 4) + 2 * s)
-                            : wgmma_desc_sw128(smem_addr + buf * A16_BYTES + 32 * s);
-        mbar_wait(bar(BAR_A16_FULL + buf), (gj / NA16) & 1);
-        /* turn order: warpgroup 0 issues step j after 1 issued step j-1, 1 after 0 issued j */
-        if (PING_PONG) {
-          if (wg == 1) named_barrier_sync(2, 256);
-          else if (j > 0) named_barrier_sync(3, 256);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-          for (int s = 0; s < 4; s++) wgmma_rs<TM>(acc[hf], f[hf][s], desc[s]);
-        wgmma_commit();
-        NVFP4_TRACE_POINT(tid == 128 && gj == 0, 4);
-        if (PING_PONG) {
-          if (wg == 0) named_barrier_arrive(2, 256);
-          else if (j + 1 < steps) named_barrier_arrive(3, 256);
-        }
-        wgmma_wait<0>();
-        if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
+      for (int hf = 0; hf < 2; hf++) {
+        const int r0 = wg * 128 + hf * 64 + warp * 16 + g;
+        v[hf][0] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0, tq >> 1) + 8 * (tq & 1));
+        v[hf][1] = *reinterpret_cast<const uint2 *>(st + RAW_B + raw_chunk(r0 + 8, tq >> 1) + 8 * (tq & 1));
+        sb[hf] = (uint32_t)st[RAW_SFB + r0 * 4 + tq] | ((uint32_t)st[RAW_SFB + (r0 + 8) * 4 + tq] << 8);
       }
-      if (PERSIST) gbase += steps;
-      NVFP4_TRACE_POINT(tid == 128, 5);
-      NVFP4_TRACE_POINT(tid == 256, 8);
-      if (!PERSIST || tile + (int)gridDim.x >= tiles)
-        pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
-      const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
-      uint16_t *c = p.c + l * p.c_batch_stride;
-      const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
-      if constexpr (PERSIST) {
-        /* ---- epilogue of a CTA with more tiles to go (gemm): each warp
-         * stages its two 16-column blocks (hf = 0, 1) in turn as fp16 [m][16]
-         * in its own shared slice, then stores 16-byte runs */
-        const uint32_t stg = smem_addr + L::STG_BASE + (uint32_t)((wg * 4 + warp) * L::STG_WARP);
-        const bool vec_ok = aligned(p.c, 16) && c_row_stride % 8 == 0 && p.c_batch_stride % 8 == 0;
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
+      uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
+      for (int hf = 0; hf < 2; hf++) {
+        const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb[hf]);
+        const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
+        uint32_t h00[4], h01[4], h10[4], h11[4];
+        nvfp4_e2m1x8_to_half2x4(v[hf][0].x, s0, h00);
+        nvfp4_e2m1x8_to_half2x4(v[hf][0].y, s0, h01);
+        nvfp4_e2m1x8_to_half2x4(v[hf][1].x, s1, h10);
+        nvfp4_e2m1x8_to_half2x4(v[hf][1].y, s1, h11);
 #pragma unroll
-          for (int b = 0; b < TM / 8; b++)
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-              for (int jj = 0; jj < 2; jj++) {
-                const int i = 4 * b + 2 * rr + jj;
-                st_shared_f16(stg + (8 * b + 2 * tq + jj) * L::STG_PITCH + 2 * (g + 8 * rr), acc[hf][i] * scale);
-              }
-          __syncwarp();
-          const int64_t n_base = x.n0 + tile_row(hf, 0) - g; /* the warp's 16 columns */
-#pragma unroll
-          for (int i = 0; i < TM * 2 / 32; i++) {
-            const int chunk = lane + 32 * i, mr = chunk >> 1, h8 = (chunk & 1) * 8;
-            const int64_t m = x.m0 + mr, n = n_base + h8;
-            const uint4 v = ld_shared_v4(stg + mr * L::STG_PITCH + 2 * h8);
-            if (m >= pm || n >= pn) continue;
-            uint16_t *dst = c + m * c_row_stride + n;
-            if (vec_ok && n + 8 <= pn) {
-              st_global_v4(dst, v);
-            } else {
-              const uint64_t lo = v.x | (uint64_t)v.y << 32, hi = v.z | (uint64_t)v.w << 32;
-              for (int e = 0; e < 8 && n + e < pn; e++) dst[e] = (uint16_t)((e < 4 ? lo : hi) >> (16 * (e & 3)));
-            }
-          }
-          __syncwarp();
+        for (int s = 0; s < 4; s++) {
+          f[hf][s][0] = h00[s];
+          f[hf][s][1] = h10[s];
+          f[hf][s][2] = h01[s];
+          f[hf][s][3] = h11[s];
         }
-        NVFP4_TRACE_POINT(tid == 128, 7);
-        continue;
       }
-      /* ---- epilogue of a CTA's only tile, first half: the fp32 tile [m][column] in smem,
-       * over the rings (after barrier A of all 384 threads: every copy, store
-       * and wgmma read of the rings is done). acc[hf][4b + 2rr + jj] is tile
-       * row 128 wg + 64 hf + 16 warp + g + 8 rr, activation row 8b + 2tq + jj. */
-      float *part = reinterpret_cast<float *>(smem);
-      named_barrier_sync(0, THREADS); /* (A), bar.sync 0 reached from both branches: well defined in PTX */
+      uint64_t desc[4];
+#pragma unroll
+      for (int s = 0; s < 4; s++) desc[s] = wgmma_desc_sw128(smem_addr + buf * A16_BYTES + 32 * s);
+      mbar_wait(bar(BAR_A16_FULL + buf), (j / NA16) & 1);
+      /* turn order: warpgroup 0 issues step j after 1 issued step j-1, 1 after 0 issued j */
+      if (PING_PONG) {
+        if (wg == 1) named_barrier_sync(2, 256);
+        else if (j > 0) named_barrier_sync(3, 256);
+      }
+      wgmma_fence();
 #pragma unroll
       for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-        for (int b = 0; b < TM / 8; b++)
-#pragma unroll
-          for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-            for (int jj = 0; jj < 2; jj++)
-              part[(8 * b + 2 * tq + jj) * PART_PITCH + tile_row(hf, rr)] = acc[hf][4 * b + 2 * rr + jj];
-      NVFP4_TRACE_POINT(tid == 128, 10);
-      if (split > 1) cluster_sync(); /* (B) every CTA's partial tile complete */
-      else named_barrier_sync(0, THREADS);
-      NVFP4_TRACE_POINT(tid == 128, 6);
-
-      /* ---- second half (consumers: the producer's registers are few): this
-       * CTA's share of the tile's rows, partials summed in rank order */
-      const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
-      constexpr int VECS = OUT_COLS / 4;
-      const bool vec_ok = aligned(p.c, 8) && c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
-      /* all of a thread's loads are issued before the sums */
-#pragma unroll 2
-      for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
-        const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
-        const int64_t m = x.m0 + mr, n = x.n0 + nc;
-        if (m >= pm || n >= pn) continue;
-        float4 s1, s2;
-        if (split == 1) {
-          s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
-          s2 = DUAL ? *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS) : s1;
-        } else {
-          const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
-          s1 = sum_partials(addr, split);
-          s2 = DUAL ? sum_partials(addr + OUT_COLS * 4, split) : s1;
-        }
-        float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
-        if (DUAL) {
-          o[0] = silu(o[0]) * (s2.x * scale);
-          o[1] = silu(o[1]) * (s2.y * scale);
-          o[2] = silu(o[2]) * (s2.z * scale);
-          o[3] = silu(o[3]) * (s2.w * scale);
-        }
-        uint16_t *dst = c + m * c_row_stride + n;
-        if (vec_ok && n + 3 < pn) {
-          st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
-        } else {
-          for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
-        }
+        for (int s = 0; s < 4; s++) wgmma_rs<TM>(acc[hf], f[hf][s], desc[s]);
+      wgmma_commit();
+      NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
+      if (PING_PONG) {
+        if (wg == 0) named_barrier_arrive(2, 256);
+        else if (j + 1 < steps) named_barrier_arrive(3, 256);
       }
-      NVFP4_TRACE_POINT(tid == 128, 11);
-      if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
-      NVFP4_TRACE_POINT(tid == 128, 7);
-    } while (PERSIST && (tile += (int)gridDim.x) < tiles);
+      wgmma_wait<0>();
+      if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
+    }
+    NVFP4_TRACE_POINT(tid == 128, 5);
+    NVFP4_TRACE_POINT(tid == 256, 8);
+    pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
+    /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
+     * (after barrier A of all 384 threads: every copy, store and wgmma read of
+     * the rings is done).
+     * acc[hf][4b + 2rr + jj] is weight row 128 wg + 64 hf + 16 warp + g + 8 rr,
+     * activation row 8b + 2tq + jj. */
+    float *part = reinterpret_cast<float *>(smem);
+    named_barrier_sync(0, THREADS); /* (A), bar.sync 0 reached from both branches: well defined in PTX */
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+      for (int b = 0; b < TM / 8; b++)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+          for (int jj = 0; jj < 2; jj++)
+            part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
+                acc[hf][4 * b + 2 * rr + jj];
+    NVFP4_TRACE_POINT(tid == 128, 10);
+    if (split > 1) cluster_sync(); /* (B) every CTA's partial tile complete */
+    else named_barrier_sync(0, THREADS);
+    NVFP4_TRACE_POINT(tid == 128, 6);
+
+    /* ---- epilogue, second half (consumers: the producer's registers are
+     * few): this CTA's share of the tile's rows, partials summed in rank order */
+    const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
+    constexpr int VECS = OUT_COLS / 4;
+    const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
+    uint16_t *c = p.c + l * p.c_batch_stride;
+    const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
+    /* the problem's fields in registers: read through the table's dynamic
+     * index, each was an indexed constant load inside the loop */
+    const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
+    /* all of a thread's loads are issued before the sums */
+#pragma unroll 2
+    for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
+      const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
+      const int64_t m = m0 + mr, n = n0 + nc;
+      if (m >= pm || n >= pn) continue;
+      float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
+      if (split == 1) {
+        s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
+        if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
+      } else {
+        const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
+        s1 = sum_partials(addr, split);
+        if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
+      }
+      float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
+      if (DUAL) {
+        o[0] = silu(o[0]) * (s2.x * scale);
+        o[1] = silu(o[1]) * (s2.y * scale);
+        o[2] = silu(o[2]) * (s2.z * scale);
+        o[3] = silu(o[3]) * (s2.w * scale);
+      }
+      uint16_t *dst = c + m * c_row_stride + n;
+      if (vec_ok && n + 3 < pn) {
+        st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
+      } else {
+        for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
+      }
+    }
+    NVFP4_TRACE_POINT(tid == 128, 11);
+    if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
+    NVFP4_TRACE_POINT(tid == 128, 7);
   }
 #else
   (void)t;
@@ -550,13 +438,13 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
 /* A launch of `ctas` CTAs in clusters of `split` (attr: storage for the
  * attributes the config points to: the cluster shape, and with `pdl` the
  * programmatic dependent launch of common.cuh). */
-template <int TM, bool PERSIST = false>
+template <int TM>
 cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, cudaLaunchAttribute (&attr)[2],
                                  bool pdl) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)ctas);
   cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = PERSIST ? Layout<TM>::PERSIST_SMEM_BYTES : Layout<TM>::SMEM_BYTES;
+  cfg.dynamicSmemBytes = Layout<TM>::SMEM_BYTES;
   cfg.stream = stream;
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = (unsigned)split;
@@ -577,7 +465,7 @@ int max_clusters(int split, const DeviceInfo &dev) {
   if (!n) {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = launch_config<TM>(split * dev.sms, split, nullptr, attr, false);
-    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL, TM, false>, &cfg) != cudaSuccess || n < 1) {
+    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL, TM>, &cfg) != cudaSuccess || n < 1) {
       cudaGetLastError(); /* clear it: the split is then simply not chosen */
       n = -1;
     }
@@ -606,40 +494,21 @@ int choose_split(int64_t tiles, int64_t ksteps, const DeviceInfo &dev) {
   return best;
 }
 
-/* The kernel's shared memory limit, raised once per device. */
-template <bool DUAL, int TM, bool PERSIST>
-cudaError_t configure(const DeviceInfo &dev) {
+template <bool DUAL, int TM>
+cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStream_t stream) {
+  auto kernel = matmul_sm90_kernel<DUAL, TM>;
+  const DeviceInfo &dev = device_info();
   static bool configured[64] = {};
   if (dev.id >= 64) return cudaErrorInvalidDevice;
   if (!configured[dev.id]) {
-    const int bytes = PERSIST ? Layout<TM>::PERSIST_SMEM_BYTES : Layout<TM>::SMEM_BYTES;
-    cudaError_t e = cudaFuncSetAttribute(matmul_sm90_kernel<DUAL, TM, PERSIST>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<TM>::SMEM_BYTES);
     if (e != cudaSuccess) return e;
     configured[dev.id] = true;
   }
-  return cudaSuccess;
-}
-
-template <bool DUAL, int TM>
-cudaError_t launch(const MatmulTable &t, int64_t tiles, int64_t ksteps, cudaStream_t stream) {
-  const DeviceInfo &dev = device_info();
-  cudaError_t e = configure<DUAL, TM, false>(dev);
-  if (e != cudaSuccess) return e;
   const int split = choose_split<DUAL, TM>(tiles, ksteps, dev);
   cudaLaunchAttribute attr[2];
-  /* a gemm without split-K and with more tiles than fit at once: one
-   * persistent CTA per SM (the occupancy of both kernels is one CTA per SM) */
-  const int fit = !DUAL && split == 1 ? max_clusters<DUAL, TM>(1, dev) : 0;
-  if constexpr (!DUAL) {
-    if (fit > 0 && tiles > fit) {
-      if ((e = configure<DUAL, TM, true>(dev)) != cudaSuccess) return e;
-      const cudaLaunchConfig_t cfg = launch_config<TM, true>(fit, 1, stream, attr, true);
-      return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, true>, t, 1);
-    }
-  }
   const cudaLaunchConfig_t cfg = launch_config<TM>(tiles * split, split, stream, attr, true);
-  return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, false>, t, split);
+  return cudaLaunchKernelEx(&cfg, kernel, t, split);
 }
 
 /* One launch of the tile of TM activation rows over problems[0, count). */
