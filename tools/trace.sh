@@ -3,10 +3,14 @@
 # and run it: bash tools/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
 # (sm_90a; the extension's build is untouched). Binary: ${TRACE_BIN:-/tmp/nvfp4_trace};
 # TRACE_FLAGS adds nvcc flags (experiment knobs such as -DNVFP4_EPI_U=4).
+# TRACE_PLAIN=1 builds the kernels without their trace points: event times
+# only, of the code the extension runs (use it to compare kernel variants).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TRACE_BIN:-/tmp/nvfp4_trace}
-nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA -DNVFP4_TRACE --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
+TRACE_DEF=-DNVFP4_TRACE
+[ "${TRACE_PLAIN:-0}" = 1 ] && TRACE_DEF=
+nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA $TRACE_DEF --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
   -gencode=arch=compute_90a,code=sm_90a -Icsrc -o "$BIN" \
   tools/trace.cu csrc/cuda/dispatch.cu csrc/cuda/gemv.cu csrc/cuda/matmul_sm90.cu csrc/cuda/matmul_simt.cu
 if [ $# -gt 0 ]; then "$BIN" "$@"; fi

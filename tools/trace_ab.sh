@@ -8,9 +8,11 @@
 # the working tree; delete it before committing. On the GPU machine this builds
 # REV's trace tool from tools/ab/ (a) and this tree's (b) at once, then runs
 # a, b, a, b and prints each run's event times in us, one column per case, in
-# the order given. TRACE_FLAGS goes to both builds. AB_STEP=build builds both
-# and stops (to overlap the compile with other GPU work); AB_STEP=run runs the
-# binaries an earlier build left.
+# the order given. TRACE_FLAGS and TRACE_PLAIN (tools/trace.sh) go to both
+# builds: TRACE_PLAIN=1 for a verdict on a kernel change (PERF.md session 9;
+# REV's trace.cu needs its plain-build stubs, from 6ed2f57 on). AB_STEP=build
+# builds both and stops (to overlap the compile with other GPU work);
+# AB_STEP=run runs the binaries an earlier build left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --prepare ]; then
@@ -24,7 +26,9 @@ fi
 step=${AB_STEP:-all}
 [ $# -gt 0 ] || [ "$step" = build ] || { echo "usage: bash tools/trace_ab.sh CASE... (cases as for tools/trace.sh)" >&2; exit 2; }
 if [ "$step" != run ]; then
-(cd tools/ab && nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA -DNVFP4_TRACE --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
+TRACE_DEF=-DNVFP4_TRACE
+[ "${TRACE_PLAIN:-0}" = 1 ] && TRACE_DEF=
+(cd tools/ab && nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA $TRACE_DEF --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
   -gencode=arch=compute_90a,code=sm_90a -Icsrc -o /tmp/nvfp4_trace_a tools/trace.cu csrc/cuda/*.cu) &
 build_a=$!
 TRACE_BIN=/tmp/nvfp4_trace_b bash tools/trace.sh &
