@@ -10,7 +10,7 @@
 # a, b, a, b and prints each run's event times in us, one column per case, in
 # the order given. TRACE_FLAGS and TRACE_PLAIN (tools/trace.sh) go to both
 # builds: TRACE_PLAIN=1 for a verdict on a kernel change (PERF.md session 9;
-# REV's trace.cu needs its plain-build stubs, from 6ed2f57 on). AB_STEP=build
+# REV's trace.cu needs its plain-build stubs, from 7655470 on). AB_STEP=build
 # builds both and stops (to overlap the compile with other GPU work);
 # AB_STEP=run runs the binaries an earlier build left.
 set -euo pipefail
