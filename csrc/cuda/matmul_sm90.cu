@@ -53,7 +53,7 @@
  * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
  * (wgmma m64n32k16 / m64n64k16), with no turns (the wgmma are short) and a
  * deeper raw ring (8 or 10 slots). Then the step (256 weight rows x 64 K) is
- * bound by the weight decode in the consumers' ALU pipes, ~235 instructions
+ * bound by the weight decode in the consumers' ALU pipes, ~225 instructions
  * per warp and step, ~146 of them decode: ~0.6 us per step on an H200,
  * ~17 GB/s per SM against the 32 GB/s streaming needs. (Measured not to move
  * it: TMA copies instead of cp.async, 4 consumer warpgroups, mma.sync on 8-
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
      * bytes apart in every slot (the chunk swizzle depends on (r / 4) % 2
      * only), their scale bytes 32 / 256 / 288. Slot, phase and descriptors
      * advance by additions. 19 fewer instructions per warp and step than
-     * addresses computed per step: the dual 2-5% faster, the gemm 0-1.5%
+     * addresses computed per step: the dual 2-5% faster, the gemm 0-1.6%
      * (bench_gemm, H200, PERF.md session 9). */
     const int r00 = wg * 128 + warp * 16 + g;
     const uint32_t b_at = smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1);
