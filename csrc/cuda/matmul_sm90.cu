@@ -89,7 +89,7 @@ struct Layout {
   static constexpr int MAIN_BYTES = BAR_BASE + 8 * (2 * STAGES + 2 * NA16);
   static constexpr int PART_BYTES = TM * PART_PITCH * 4;
   static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
-  static constexpr int SMEM_BYTES = MAIN_BYTES + 1024;
+  static constexpr int SMEM_BYTES = MAIN_BYTES;
 };
 
 #if NVFP4_SM90A
@@ -114,10 +114,14 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   using L = Layout<TM>;
   constexpr int STAGES = L::STAGES, A16_BYTES = L::A16_BYTES, RAW_BASE = L::RAW_BASE, STAGE_BYTES = L::STAGE_BYTES;
   constexpr int RAW_A = L::RAW_A, RAW_B = L::RAW_B, RAW_SFA = L::RAW_SFA, RAW_SFB = L::RAW_SFB;
-  extern __shared__ uint8_t smem_dyn[];
-  const uint32_t dyn_addr = (uint32_t)__cvta_generic_to_shared(smem_dyn);
-  uint8_t *smem = smem_dyn + ((1024 - (dyn_addr & 1023)) & 1023);
+  /* 1024-byte aligned by declaration (the 128-byte swizzle's atoms): a base
+   * aligned at run time was recomputed in every K step of the consumer loops
+   * (18 of the 225 instructions per warp and step of the 32- and 64-row
+   * tiles). A base off the alignment would garble every wgmma: trap. */
+  extern __shared__ __align__(1024) uint8_t smem_dyn[];
+  uint8_t *smem = smem_dyn;
   const uint32_t smem_addr = (uint32_t)__cvta_generic_to_shared(smem);
+  if (smem_addr & 1023) __trap();
   /* setmaxnreg split of the CTA's 384 x 168 = 64512 registers (what it was
    * given at launch: an .inc beyond that waits forever): 128 x 88 + 256 x 208.
    * The producer spilled at 56 and 64; 72 and 88 measured alike. */
