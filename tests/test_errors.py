@@ -44,6 +44,10 @@ def test_wrong_ranks(mm):
         nk.gemv(a.data, b.data, a.sf, b.sf)
     with pytest.raises(ValueError, match=r"sfa must be .* \(linear\) or .* \(blocked"):
         nk.gemm(a.data, b.data, a.sf.unsqueeze(0), b.sf)
+    # validation holds up to 8 dims per tensor in place (no heap): more is refused, not read past
+    deep = a.data.reshape((1,) * 7 + tuple(a.data.shape))
+    with pytest.raises(ValueError, match=r"tensors of more than 8 dims are not supported"):
+        nk.gemm(deep, b.data, a.sf, b.sf)
 
 
 def test_disagreeing_sizes(mm, gen, device):
