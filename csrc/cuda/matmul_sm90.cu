@@ -131,7 +131,9 @@ __global__ void __launch_bounds__(THREADS, 1) matmul_sm90_kernel(const __grid_co
   /* raw slot landed / read by every reader; fp16 tile written / read by wgmma */
   constexpr int BAR_FULL = 0, BAR_EMPTY = STAGES, BAR_A16_FULL = 2 * STAGES, BAR_A16_EMPTY = 2 * STAGES + NA16;
   auto bar = [&](int i) { return smem_addr + L::BAR_BASE + 8 * i; };
-  auto raw_chunk = [](int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); };
+  constexpr auto raw_chunk = [](int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); };
+  static_assert(raw_chunk(4, 1) + 256 == raw_chunk(12, 1) && raw_chunk(4, 1) + 2048 == raw_chunk(68, 1),
+                "the consumers' fixed offsets: rows 8 and 64 apart keep their chunk swizzle");
 
   const int rank = (int)(blockIdx.x % (unsigned)split);
   int64_t tile = blockIdx.x / (unsigned)split;
