@@ -7,6 +7,8 @@ Targets: sm_80 code + compute_80 PTX (runs on every GPU from sm_80 up), sm_90a
 
 Environment: DEBUG=1 for -O0 -g builds; NVFP4_CPU_ONLY=1 to skip CUDA;
 NVFP4_PTXAS_VERBOSE=1 to print register/shared-memory reports; MAX_JOBS as torch.
+Experiments (tools/bench_ab.sh): NVFP4_NVCC_FLAGS adds nvcc flags (-D knobs),
+NVFP4_GENCODE replaces the targets (one sm_90a build compiles ~4x faster).
 """
 
 import glob
@@ -52,6 +54,8 @@ def nvcc_path():
 
 
 def gencode_flags(nvcc):
+    if os.environ.get("NVFP4_GENCODE"):  # experiment builds of one target, e.g. -gencode=arch=compute_90a,code=sm_90a
+        return os.environ["NVFP4_GENCODE"].split()
     archs = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
     flags = [
         "-gencode=arch=compute_80,code=sm_80",

@@ -1,6 +1,7 @@
 """GEMV benchmark: nvfp4 gemv against the memory-bandwidth speed of light.
 
     python -m benchmarks.bench_gemv [--json FILE] [--png FILE] [--quick]
+        [--layouts linear,blocked] [--no-bf16]
 
 Per shape and scale layout: call time (median of CUDA events around one call,
 L2 flushed before each, inputs rotated), achieved GB/s, fraction of SOL (bytes /
@@ -34,7 +35,7 @@ def gemv_bytes(m, k, L):
     return L * (m * k * 9 // 16 + k * 9 // 16 + 2 * m)
 
 
-def run(shapes, layouts, json_path=None, png_path=None):
+def run(shapes, layouts, json_path=None, png_path=None, bf16=True):
     ceil = measure_ceilings()
     flush = L2Flush()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -62,11 +63,14 @@ def run(shapes, layouts, json_path=None, png_path=None):
             call = lambda a, b, sa, sb, o: nk.gemv(a, b, sa, sb, out=o)  # noqa: E731
             t = cuda_time(call, args, flush=flush)
             t_kern = kernel_time(call, args, flush=flush, match="gemv_kernel")
-            a_bf = reference.dequantize(a0, sfa0).to(torch.bfloat16)
-            b_bf = reference.dequantize(b0.unsqueeze(-2), sfb0 if sfb0.dim() >= 5 else sfb0.unsqueeze(-2)).to(
-                torch.bfloat16)
-            t_bf16 = cuda_time(lambda x, y: torch.matmul(x, y.transpose(-1, -2)), [(a_bf, b_bf)], flush=flush, reps=30)
-            del a_bf, b_bf
+            t_bf16 = float("nan")
+            if bf16:
+                a_bf = reference.dequantize(a0, sfa0).to(torch.bfloat16)
+                b_bf = reference.dequantize(b0.unsqueeze(-2), sfb0 if sfb0.dim() >= 5 else sfb0.unsqueeze(-2)).to(
+                    torch.bfloat16)
+                t_bf16 = cuda_time(lambda x, y: torch.matmul(x, y.transpose(-1, -2)), [(a_bf, b_bf)], flush=flush,
+                                   reps=30)
+                del a_bf, b_bf
             sol = nbytes / ceil.bandwidth
             row = dict(m=m, k=k, L=L, layout=layout, ok=ok, us=t * 1e6, gbps=nbytes / t / 1e9, sol_us=sol * 1e6,
                        frac_sol=sol / t, kernel_us=t_kern * 1e6, frac_sol_kernel=sol / t_kern, bf16_us=t_bf16 * 1e6, speedup=t_bf16 / t)
@@ -119,10 +123,14 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument("--png")
     ap.add_argument("--quick", action="store_true", help="competition shapes, blocked layout only")
+    ap.add_argument("--layouts", help="comma-separated scale layouts (default: linear,blocked; --quick: blocked)")
+    ap.add_argument("--no-bf16", action="store_true", help="skip the cuBLAS bf16 comparison (A/B runs)")
     args = ap.parse_args(argv)
     shapes = COMPETITION if args.quick else COMPETITION + EXTRA
     layouts = ["blocked"] if args.quick else ["linear", "blocked"]
-    run(shapes, layouts, args.json, args.png)
+    if args.layouts:
+        layouts = args.layouts.split(",")
+    run(shapes, layouts, args.json, args.png, bf16=not args.no_bf16)
 
 
 if __name__ == "__main__":
