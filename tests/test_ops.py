@@ -55,14 +55,16 @@ def test_gemv_row_quads(device, gen, L, m, k):
 
 @pytest.mark.parametrize("layouts", [("linear", "linear"), ("blocked", "blocked")])
 @pytest.mark.parametrize("L,m,k", [(None, 7, 16384), (3, 50, 7168), (2, 300, 4096), (1100, 1, 16384),
-                                   (None, 5, 131072), (None, 5001, 1024)])
+                                   (None, 5, 131072), (None, 5001, 1024), (2, 8450, 2048), (None, 16390, 2048)])
 def test_gemv_long_rows_many_batches(device, gen, layouts, L, m, k):
     """GEMV shapes at the edges of how csrc/cuda/gemv.cu deals its work: few
     rows with long K (7 rows of 16384: most warps idle), rows that do not fill a
     row set or a 128-row atom, many batches of a single row (1100 x 1), a K
     whose vector nearly fills shared memory (131072: 160 KB decoded), and rows
     taken in pairs by a full wave of CTAs dealt one set each (5001 rows, linear
-    scales, on a GPU of 80 to 160 SMs)."""
+    scales, on a GPU of 80 to 160 SMs), and short rows that take fewer lanes
+    each (2 x 8450 x 2048: 8 lanes, 16390 x 2048: 16, linear, on 132 SMs),
+    with a partial last row set."""
     a, b = gemv_problem(L, m, k, gen, device, layouts)
     out = poisoned((*([L] if L else []), m), device)
     nk.gemv(a.data, b.data, a.sf, b.sf, out=out)

@@ -324,12 +324,18 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
  * 4096 x 7168 with quads 11.9 us, 13.7 without; 1000 x 7168 10.8 and 7.7);
  * otherwise (and for linear scales) the largest power of two <= 32 dividing
  * the chunk count (even, as K % 64 == 0), which spreads small M over 4x the
- * warps; but 16 rather than 32 where that makes every warp of a full wave take
- * one row set at most (7168 x 16384: 3584 row pairs for 4224 warps rather than
- * 7168 rows, some warps taking two). One chunk per lane per step. Two
- * adjacent chunks per lane measured slower on an H200 (45 vs 31 us at 7168 x
- * 16384): each 16-byte copy instruction then touches half of every 32-byte
- * sector, doubling the L2 requests. */
+ * warps; but
+ * - 16 rather than 32 where that makes every warp of a full wave take one row
+ *   set at most (7168 x 16384: 3584 row pairs for 4224 warps rather than 7168
+ *   rows, some warps taking two);
+ * - halved while a row is fewer than 6 steps and every warp of a full wave
+ *   still gets a set: short rows spend less on their ends (shuffles, store,
+ *   the next row's addresses) per step (H200, linear, kernel time: 7168 x 2048
+ *   L4 12.1 -> 11.5 us at 8 lanes, 16384 x 2048 8.0 -> 7.5 at 16; at 8 lanes
+ *   7.7, with 4096 sets for 4224 warps).
+ * One chunk per lane per step. Two adjacent chunks per lane measured slower
+ * on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte copy instruction
+ * then touches half of every 32-byte sector, doubling the L2 requests. */
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   const int64_t chunks = p.k / 32;
@@ -338,14 +344,19 @@ cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
     return launch<SFA, 8>(p, stream);
   // (a full wave: 4 CTAs of 8 warps per SM)
   const int64_t warps = (int64_t)device_info().sms * 4 * WARPS;
-  if (chunks % 32 == 0 && RowSets<SFA, 32>::count(p.m) * p.batch > warps &&
-      RowSets<SFA, 16>::count(p.m) * p.batch <= warps)
-    return launch<SFA, 16>(p, stream);
-  if (chunks % 32 == 0) return launch<SFA, 32>(p, stream);
-  if (chunks % 16 == 0) return launch<SFA, 16>(p, stream);
-  if (chunks % 8 == 0) return launch<SFA, 8>(p, stream);
-  if (chunks % 4 == 0) return launch<SFA, 4>(p, stream);
-  return launch<SFA, 2>(p, stream);
+  // RowSets::count (blocked scales reach 8 lanes through the quads above first)
+  auto sets = [&](int lpr) { return (p.m + 32 / lpr - 1) / (32 / lpr) * p.batch; };
+  int lpr = 32;
+  while (chunks % lpr) lpr /= 2;  // chunks is even
+  if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
+  while (lpr > 8 && chunks / lpr < 6 && sets(lpr / 2) >= warps) lpr /= 2;
+  switch (lpr) {
+    case 32: return launch<SFA, 32>(p, stream);
+    case 16: return launch<SFA, 16>(p, stream);
+    case 8: return launch<SFA, 8>(p, stream);
+    case 4: return launch<SFA, 4>(p, stream);
+    default: return launch<SFA, 2>(p, stream);
+  }
 }
 
 }  // namespace
