@@ -2,7 +2,7 @@
 # A/B of extension builds by benchmark, all in one GPU call: how kernel changes
 # are judged since session 9 (docs/PERF.md: traced builds are not verdicts).
 #
-#   AB_VARIANTS='base=;regs=-DNVFP4_GEMV_REGS=1' bash tools/bench_ab.sh 3 \
+#   AB_VARIANTS='base=;s4=-DNVFP4_GEMV_STAGES=4' bash tools/bench_ab.sh 3 \
 #       python3 -m benchmarks.bench_gemv --no-bf16
 #
 # AB_VARIANTS: NAME=NVCC_FLAGS entries separated by ';'. Each variant is this
@@ -12,8 +12,11 @@
 # untracked, so the device tool carries it; delete it before committing),
 # built for sm_90a only with NVFP4_NVCC_FLAGS = its flags, all builds at once.
 # Then ROUNDS rounds run the command in each variant's copy in turn, output
-# prefixed by "NAME rROUND|". AB_STEP=build stops after the builds; AB_STEP=run
-# runs what an earlier build of the same machine left.
+# prefixed by "NAME rROUND|" (the copy has no tests/: pytest from the
+# repository root would import the root's package, not the variant's; a
+# benchmark's own correctness check flags wrong results). AB_STEP=build
+# stops after the builds; AB_STEP=run runs what an earlier build of the same
+# machine left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: AB_VARIANTS='a=FLAGS;b=FLAGS' bash tools/bench_ab.sh ROUNDS CMD..." >&2; exit 2; }
