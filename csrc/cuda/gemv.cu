@@ -344,8 +344,10 @@ cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
     return launch<SFA, 8>(p, stream);
   // (a full wave: 4 CTAs of 8 warps per SM)
   const int64_t warps = (int64_t)device_info().sms * 4 * WARPS;
-  // RowSets::count (blocked scales reach 8 lanes through the quads above first)
-  auto sets = [&](int lpr) { return (p.m + 32 / lpr - 1) / (32 / lpr) * p.batch; };
+  auto sets = [&](int lpr) {  // row sets of the launch at lpr = 32, 16 or 8 lanes per row
+    return p.batch * (lpr == 32 ? RowSets<SFA, 32>::count(p.m)
+                      : lpr == 16 ? RowSets<SFA, 16>::count(p.m) : RowSets<SFA, 8>::count(p.m));
+  };
   int lpr = 32;
   while (chunks % lpr) lpr /= 2;  // chunks is even
   if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
