@@ -1,6 +1,6 @@
 """GEMM and dual-GEMM benchmark against both ceilings, with a roofline plot.
 
-    python -m benchmarks.bench_gemm [--op gemm dual] [--quick] [--json FILE] [--png FILE]
+    python -m benchmarks.bench_gemm [--op gemm dual] [--quick] [--no-bf16] [--json FILE] [--png FILE]
 
 Per shape: kernel time (median of CUDA events around one call, L2 flushed before
 each, inputs rotated over >= 4x L2), TFLOP/s, GB/s, fraction of speed of light
@@ -55,7 +55,7 @@ def shapes_for(op, which):
     return competition(name) + (LARGE if op == "gemm" else LARGE[:3]) + small
 
 
-def run(ops, which, json_path=None, png_path=None):
+def run(ops, which, json_path=None, png_path=None, bf16=True):
     ceil = measure_ceilings()
     flush = L2Flush()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -90,15 +90,8 @@ def run(ops, which, json_path=None, png_path=None):
             out = fn(*args[0])
             ok = bool(within_tolerance(out, ref).all())
             t = cuda_time(fn, args, flush=flush, reps=50)
-            x = args[0]
-            a_bf = reference.dequantize(x[0], x[nb + 1]).to(torch.bfloat16)
-            b_bf = [reference.dequantize(x[1 + i], x[nb + 2 + i]).to(torch.bfloat16).t() for i in range(nb)]
-            if op == "gemm":
-                bf = lambda: torch.matmul(a_bf, b_bf[0])  # noqa: E731
-            else:
-                bf = lambda: torch.nn.functional.silu(torch.matmul(a_bf, b_bf[0])) * torch.matmul(a_bf, b_bf[1])  # noqa: E731
-            t_bf = cuda_time(bf, [()], flush=flush, reps=30)
-            del a_bf, b_bf, args
+            t_bf = bf16_time(op, args[0], nb, flush) if bf16 else float("nan")
+            del args
             flops = 2 * nb * m * n * k
             sol = ceil.sol_seconds(size, flops)
             row = dict(op=op, m=m, n=n, k=k, ok=ok, us=t * 1e6, tflops=flops / t / 1e12, gbps=size / t / 1e9,
@@ -118,6 +111,17 @@ def run(ops, which, json_path=None, png_path=None):
     if png_path:
         plot(rows, ceil, png_path)
     return rows
+
+
+def bf16_time(op, x, nb, flush):
+    """cuBLAS on the operands of argument set x pre-dequantized to bf16 (dual: plus silu * mul)."""
+    a_bf = reference.dequantize(x[0], x[nb + 1]).to(torch.bfloat16)
+    b_bf = [reference.dequantize(x[1 + i], x[nb + 2 + i]).to(torch.bfloat16).t() for i in range(nb)]
+    if op == "gemm":
+        bf = lambda: torch.matmul(a_bf, b_bf[0])  # noqa: E731
+    else:
+        bf = lambda: torch.nn.functional.silu(torch.matmul(a_bf, b_bf[0])) * torch.matmul(a_bf, b_bf[1])  # noqa: E731
+    return cuda_time(bf, [()], flush=flush, reps=30)
 
 
 def plot(rows, ceil, path):
@@ -173,13 +177,14 @@ def main(argv=None):
     ap.add_argument("--shapes", nargs="+", metavar="MxNxK", help="only these shapes")
     ap.add_argument("--json")
     ap.add_argument("--png")
+    ap.add_argument("--no-bf16", action="store_true", help="skip the cuBLAS bf16 comparison (A/B runs)")
     ap.add_argument("--k-sweep", action="store_true", help="only: time against K at M=128, N=7168")
     args = ap.parse_args(argv)
     if args.k_sweep:
         return k_sweep()
     which = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes] if args.shapes else (
         "quick" if args.quick else "small" if args.small else "all")
-    run(args.op, which, args.json, args.png)
+    run(args.op, which, args.json, args.png, bf16=not args.no_bf16)
 
 
 if __name__ == "__main__":
