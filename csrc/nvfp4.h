@@ -19,6 +19,7 @@
 #ifndef NVFP4_H
 #define NVFP4_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -75,6 +76,17 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
  * no host synchronisation. Grouped problems share one launch per
  * NVFP4_LAUNCH_GROUPS (16) of them (csrc/cuda/common.cuh). */
 nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
+
+/* Device scratch (bytes) that nvfp4_matmul_cuda_ws can use to run these
+ * problems faster; 0 for most (today only a single problem on the Hopper
+ * tensor-core kernel that leaves SMs idle with whole tiles: stream-K). */
+size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int count);
+
+/* nvfp4_matmul_cuda with `workspace` (16-byte aligned device memory of `bytes`,
+ * used in stream order on `stream`, contents not kept). With too few bytes it
+ * is not used: the same results either way, to within fp32 summation order. */
+nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, void *workspace, size_t bytes,
+                                  cudaStream_t stream);
 
 /* Which kernel nvfp4_matmul_cuda would run for a single problem (for tests
  * and benchmarks): a static string such as "gemv_dp4a" or "simt". */

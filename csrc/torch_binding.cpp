@@ -283,7 +283,13 @@ void run(const OpName &op, const nvfp4_matmul *problems, size_t count, const at:
   }
 #ifdef NVFP4_WITH_CUDA
   c10::cuda::CUDAGuard guard(device);
-  nvfp4_status s = nvfp4_matmul_cuda(problems, (int)count, c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  // Scratch some launches can use (stream-K partials): from torch's caching
+  // allocator, so it is stream-ordered and valid under CUDA-graph capture.
+  const size_t ws_bytes = nvfp4_matmul_cuda_workspace(problems, (int)count);
+  const Tensor ws = ws_bytes ? at::empty({(int64_t)ws_bytes}, at::TensorOptions().dtype(at::kByte).device(device))
+                             : Tensor();
+  nvfp4_status s = nvfp4_matmul_cuda_ws(problems, (int)count, ws_bytes ? ws.data_ptr() : nullptr, ws_bytes,
+                                        c10::cuda::getCurrentCUDAStream(device.index()).stream());
   TORCH_CHECK(s == NVFP4_OK, op, ": CUDA launch failed: ", status_text(s),
               s == NVFP4_ERR_CUDA ? std::string(" (") + cudaGetErrorString(cudaGetLastError()) + ")" : "",
               " for M=", problems[0].m, " N=", problems[0].n, " K=", problems[0].k, " L=", problems[0].batch);

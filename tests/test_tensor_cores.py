@@ -118,7 +118,7 @@ def test_activation_tile(gen, m, tile):
     """The tensor-core kernel takes the smallest activation tile that holds M."""
     a, b = gemm_problem(None, m, 256, 1024, gen, "cuda")
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
-    assert any(re.search(rf"matmul_sm90_kernel<false, {tile}>", n) for n in names), names
+    assert any(re.search(rf"matmul_sm90_kernel<false, {tile}, false>", n) for n in names), names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} on cuda")
 
 
@@ -171,6 +171,31 @@ def test_multi_wave_tiles(gen, op, L, m, n, k):
         run("cuda", lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
         ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
     assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,L", [("gemm", None), ("dual", 2)])
+def test_stream_k(gen, op, L):
+    """Whole 128-row tiles for about 3/4 of the multiprocessors, each with
+    many K steps: the launch runs stream-K (CTAs share tiles, partials through
+    the workspace; csrc/cuda/matmul_sm90.cu). Tails in M and N; dual batched.
+    Twice in a row on the same workspace size: the flags start from zero."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cols = 256 if op == "gemm" else 128  # output columns per tile
+    m, k = (200, 8192) if L is None else (100, 8192)  # 2 or 1 row tiles per batch
+    n = 3 * sms // 8 * cols - 77  # tiles: 3/4 of the SMs, the last column tile partial
+    a, b1 = gemm_problem(L, m, n, k, gen, "cuda", ("blocked", "linear"))
+    b2 = random_operand(L, n, k, gen=gen, device="cuda", layout="blocked")
+    for _ in range(2):
+        out = poisoned(((L,) if L else ()) + (m, n), "cuda")
+        if op == "gemm":
+            run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out), "matmul_sm90_kernel<false, 128, true>")
+            ref = ref_gemm(a, b1)
+        else:
+            run("cuda", lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out),
+                "matmul_sm90_kernel<true, 128, true>")
+            ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+        assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda (stream-K)")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")

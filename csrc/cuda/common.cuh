@@ -31,6 +31,13 @@ __device__ __forceinline__ int table_find(const MatmulTable &t, int64_t &tile) {
   return g;
 }
 
+/* x, as a value the compiler cannot see through: what is computed from it
+ * again is not replaced by a copy kept alive since the first time. */
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+  return x;
+}
+
 /* silu(x) = x / (1 + e^-x) with the fast division (2 ulp): the IEEE one took
  * its slow path whenever e^-x overflowed (x < -88, half of all random sums),
  * ~40% of the dual epilogue on an H200 (Nsight, 2026-11-22). Where 1 + e^-x

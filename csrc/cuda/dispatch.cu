@@ -4,7 +4,8 @@
  *
  *   N == 1, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
  *   M == 1, aligned, not dual          -> gemv.cu with the roles swapped
- *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores)
+ *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
+ *                                         stream-K where a workspace is given)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
  * Grouped calls go in launches of up to NVFP4_LAUNCH_GROUPS problems, to the
  * tensor-core kernel when every problem of the call qualifies.
@@ -15,7 +16,9 @@ bool gemv_supported(const nvfp4_matmul &p);
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 bool matmul_sm90_supported(const nvfp4_matmul &p);
-cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, void *ws, size_t ws_bytes,
+                               cudaStream_t stream);
+size_t matmul_sm90_workspace(const nvfp4_matmul *problems, int count);
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
@@ -46,7 +49,21 @@ extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   return p->b2.data ? "simt_dual" : "simt";
 }
 
+/* Only a single problem on the tensor-core kernel uses a workspace. */
+extern "C" size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int count) {
+  nvfp4_matmul q;
+  if (count != 1 || !valid(problems[0]) || empty(problems[0]) || gemv_supported(problems[0]) ||
+      as_gemv(problems[0], q) || !matmul_sm90_supported(problems[0]))
+    return 0;
+  return matmul_sm90_workspace(problems, 1);
+}
+
 extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+  return nvfp4_matmul_cuda_ws(problems, count, nullptr, 0, stream);
+}
+
+extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, void *workspace, size_t bytes,
+                                             cudaStream_t stream) {
   if (count <= 0) return NVFP4_ERR_INVALID;
   for (int g = 0; g < count; g++)
     if (!valid(problems[g]) || (problems[g].b2.data != nullptr) != (problems[0].b2.data != nullptr))
@@ -60,14 +77,14 @@ extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int coun
     nvfp4_matmul q;
     if (gemv_supported(p)) err = gemv_launch(p, stream);
     else if (as_gemv(p, q)) err = gemv_launch(q, stream);
-    else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, stream);
+    else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, workspace, bytes, stream);
     else err = matmul_simt_launch(&p, 1, stream);
   } else {
     bool tc = true;
     for (int g = 0; g < count; g++) tc = tc && matmul_sm90_supported(problems[g]);
     for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS) {
       int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
-      err = tc ? matmul_sm90_launch(problems + g, n, stream) : matmul_simt_launch(problems + g, n, stream);
+      err = tc ? matmul_sm90_launch(problems + g, n, nullptr, 0, stream) : matmul_simt_launch(problems + g, n, stream);
     }
   }
   return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;

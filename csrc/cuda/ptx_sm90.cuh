@@ -144,9 +144,32 @@ __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
 }
 
 
+/* ---- flags between CTAs of one grid, in global memory ------------------ */
+__device__ __forceinline__ void st_release_gpu(int *flag, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+}
+
+/* Wait until *flag != 0 (acquire: the writes released before it are visible
+ * to this thread). A flag that never comes (a bug, not a state a correct
+ * launch reaches) traps after ~10 s instead of hanging the GPU. */
+__device__ __forceinline__ void wait_flag_gpu(const int *flag) {
+  for (uint32_t n = 0;; n++) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if (v) return;
+    if (n > (1u << 26)) __trap();
+    __nanosleep(128);
+  }
+}
+
 /* ---- mbarriers (ISA "mbarrier"): CTA-local phase barriers in shared memory */
 __device__ __forceinline__ void mbar_init(uint32_t addr, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(addr), "r"(count) : "memory");
+}
+
+/* Before an mbarrier's memory is initialised again (ISA: mbarrier.inval). */
+__device__ __forceinline__ void mbar_inval(uint32_t addr) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(addr) : "memory");
 }
 
 /* One arrival (release: this thread's earlier writes are visible to whoever
