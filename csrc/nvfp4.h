@@ -78,8 +78,8 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
 nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
 /* Device scratch (bytes) that nvfp4_matmul_cuda_ws can use to run these
- * problems faster; 0 for most (today only a single problem on the Hopper
- * tensor-core kernel that leaves SMs idle with whole tiles: stream-K). */
+ * problems faster; 0 for most (today only the Hopper tensor-core kernel where
+ * whole tiles would leave SMs idle: stream-K). */
 size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int count);
 
 /* nvfp4_matmul_cuda with `workspace` (16-byte aligned device memory of `bytes`,

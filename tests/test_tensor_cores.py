@@ -177,12 +177,12 @@ def test_multi_wave_tiles(gen, op, L, m, n, k):
 @pytest.mark.parametrize("op,L", [("gemm", None), ("dual", 2)])
 def test_stream_k(gen, op, L):
     """Whole 128-row tiles for about 3/4 of the multiprocessors, each with
-    many K steps: the launch runs stream-K (CTAs share tiles, partials through
+    256 K steps: the launch runs stream-K (CTAs share tiles, partials through
     the workspace; csrc/cuda/matmul_sm90.cu). Tails in M and N; dual batched.
     Twice in a row on the same workspace size: the flags start from zero."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cols = 256 if op == "gemm" else 128  # output columns per tile
-    m, k = (200, 8192) if L is None else (100, 8192)  # 2 or 1 row tiles per batch
+    m, k = (200, 16384) if L is None else (100, 16384)  # 2 or 1 row tiles per batch
     n = 3 * sms // 8 * cols - 77  # tiles: 3/4 of the SMs, the last column tile partial
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", ("blocked", "linear"))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout="blocked")
@@ -196,6 +196,23 @@ def test_stream_k(gen, op, L):
                 "matmul_sm90_kernel<true, 128, true>")
             ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
         assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda (stream-K)")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+def test_stream_k_group(gen):
+    """A grouped launch as stream-K: groups of different M and N (tails), one
+    K, 4/3 of the multiprocessors in whole tiles (the competition's 8-group
+    4096 x 7168 shape has 176 tiles for 132 SMs); an empty group between."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    k = 7168
+    sizes = [(80, 4096 - 50), (0, 512), (248, 4096), (130, (4 * sms // 3 - 16 - 32) // 2 * 256 - 3)]
+    probs = [gemm_problem(None, m, n, k, gen, "cuda", ("linear", "blocked")) for m, n in sizes]
+    outs = [poisoned((m, n), "cuda") for m, n in sizes]
+    run("cuda", lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],
+                                      [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs),
+        "matmul_sm90_kernel<false, 128, true>")
+    for g, ((a, b), out) in enumerate(zip(probs, outs)):
+        assert_matches(out, ref_gemm(a, b), f"group_gemm group {g} of {sizes} on cuda (stream-K)")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")

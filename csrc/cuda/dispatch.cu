@@ -49,13 +49,20 @@ extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   return p->b2.data ? "simt_dual" : "simt";
 }
 
-/* Only a single problem on the tensor-core kernel uses a workspace. */
+/* Only the tensor-core kernel uses a workspace; a grouped call's launches run
+ * one after another in the stream and share it. */
 extern "C" size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int count) {
+  if (count <= 0) return 0;
+  for (int g = 0; g < count; g++)
+    if (!valid(problems[g]) || !matmul_sm90_supported(problems[g])) return 0;
   nvfp4_matmul q;
-  if (count != 1 || !valid(problems[0]) || empty(problems[0]) || gemv_supported(problems[0]) ||
-      as_gemv(problems[0], q) || !matmul_sm90_supported(problems[0]))
-    return 0;
-  return matmul_sm90_workspace(problems, 1);
+  if (count == 1 && (empty(problems[0]) || gemv_supported(problems[0]) || as_gemv(problems[0], q))) return 0;
+  size_t bytes = 0;
+  for (int g = 0; g < count; g += NVFP4_LAUNCH_GROUPS) {
+    const size_t b = matmul_sm90_workspace(problems + g, count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS);
+    bytes = b > bytes ? b : bytes;
+  }
+  return bytes;
 }
 
 extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
@@ -84,7 +91,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
     for (int g = 0; g < count; g++) tc = tc && matmul_sm90_supported(problems[g]);
     for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS) {
       int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
-      err = tc ? matmul_sm90_launch(problems + g, n, nullptr, 0, stream) : matmul_simt_launch(problems + g, n, stream);
+      err = tc ? matmul_sm90_launch(problems + g, n, workspace, bytes, stream) : matmul_simt_launch(problems + g, n, stream);
     }
   }
   return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;

@@ -44,8 +44,8 @@
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
  * takes an equal share of all tiles' K steps instead, partials through a
  * global workspace (StreamK below). Only where the cost model (choose_plan)
- * expects 10% less time, one problem per launch and the caller gave the
- * workspace (nvfp4_matmul_cuda_ws).
+ * expects 5% less time, every problem of the launch has the same K and the
+ * caller gave the workspace (nvfp4_matmul_cuda_ws).
  *
  * Speed of light (H200 measured: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
  * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Issue slots
@@ -105,7 +105,7 @@ struct Layout {
   static constexpr int SMEM_BYTES = MAIN_BYTES;
 };
 
-/* Stream-K launches (one problem, 128-row tiles): the launch's tiles x K
+/* Stream-K launches (128-row tiles, every problem the same K): the launch's tiles x K
  * steps are dealt to `ctas` CTAs (one per SM) in equal contiguous ranges, so a
  * CTA works on one or more segments (a tile's K range). A segment that starts
  * inside a tile can only be a CTA's first: it stores its fp32 partial in the
@@ -117,6 +117,7 @@ struct StreamK {
   float *ws;  /* per CTA: 256 consumer threads x TM floats, [TM / 4][256] float4 */
   int *flags; /* per CTA: 1 once its partial is in ws                          */
   int ctas;
+  int ksteps; /* of every problem of the launch                               */
   int q, r;   /* tiles x K steps = q * ctas + r: CTA c starts at c q + min(c, r) */
 };
 
@@ -165,35 +166,41 @@ __global__ void __launch_bounds__(THREADS, 1)
                 "the consumers' fixed offsets: rows 8 and 64 apart keep their chunk swizzle");
 
   const int rank = SK ? 0 : (int)(blockIdx.x % (unsigned)split);
-  int64_t tile = SK ? 0 : blockIdx.x / (unsigned)split;
-  const nvfp4_matmul &p = t.p[SK ? 0 : table_find(t, tile)];
+  int64_t tile = SK ? 0 : blockIdx.x / (unsigned)split; /* in its problem */
+  int pg = SK ? 0 : table_find(t, tile);                 /* the problem */
   constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R; /* output columns (n) per tile */
-  /* 32-bit tile arithmetic (the launch has < 2^31 tiles): 64-bit divisions
-   * are subroutine calls */
-  const int tiles_m = (int)((p.m + TM - 1) / TM), tiles_n = (int)((p.n + OUT_COLS - 1) / OUT_COLS);
-  const int ksteps = (int)(p.k / KSTEP);
+  const int ksteps = SK ? sk.ksteps : (int)(t.p[pg].k / KSTEP);
   /* SK: the first K step of CTA c of the launch's tiles x ksteps (< 2^31) */
   auto sk_start = [&](int c) { return c * sk.q + min(c, sk.r); };
+  int gtile = 0; /* SK: the segment's tile in the launch */
+  int g0 = 0;    /* SK: the CTA's K steps before this segment (the rings run on) */
   int l = 0, kbeg = 0, steps = 0;
   int64_t n0 = 0, m0 = 0;
-  /* Segment si of this CTA into tile, l, n0, m0, kbeg, steps; false past the
-   * last. A function of si alone, so that the loops carry one register and
-   * the epilogue recomputes the rest (the consumers have none to spare).
-   * Without SK the one segment is K range `rank` of `split`. */
+  /* Segment si of this CTA into pg, tile, l, n0, m0, kbeg, steps (SK: and
+   * gtile, g0); false past the last. A function of si alone, so that the loops
+   * carry one register and the epilogue recomputes the rest (the consumers
+   * have none to spare). Without SK the one segment is K range `rank` of
+   * `split`. */
   auto segment = [&](int si) {
     if (SK) {
       const int first = sk_start((int)blockIdx.x), end = sk_start((int)blockIdx.x + 1);
       const int start = si == 0 ? first : (first / ksteps + si) * ksteps;
       if (start >= end) return false;
-      const int tile32 = start / ksteps;
-      tile = tile32;
-      kbeg = start - tile32 * ksteps;
+      gtile = start / ksteps;
+      g0 = start - first;
+      tile = gtile;
+      pg = table_find(t, tile);
+      kbeg = start - gtile * ksteps;
       steps = min(end - start, ksteps - kbeg);
     } else {
       if (si) return false;
       kbeg = (int)((int64_t)ksteps * rank / split);
       steps = (int)((int64_t)ksteps * (rank + 1) / split) - kbeg;
     }
+    /* 32-bit tile arithmetic (the launch has < 2^31 tiles): 64-bit divisions
+     * are subroutine calls */
+    const nvfp4_matmul &q = t.p[pg];
+    const int tiles_m = (int)((q.m + TM - 1) / TM), tiles_n = (int)((q.n + OUT_COLS - 1) / OUT_COLS);
     const int tile32 = (int)tile, in_batch = tile32 % (tiles_m * tiles_n);
     l = tile32 / (tiles_m * tiles_n);
     n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = (int64_t)(in_batch % tiles_m) * TM;
@@ -202,40 +209,37 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int tid = threadIdx.x;
   NVFP4_TRACE_POINT(tid == 0, 0);
 
-  auto init_barriers = [&] {
-    if (tid == 0) {
-      for (int i = 0; i < STAGES; i++) {
-        mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
-        mbar_init(bar(BAR_EMPTY + i), 8 + 4); /* one per consumer warp and producer warp */
-      }
-      for (int i = 0; i < NA16; i++) {
-        mbar_init(bar(BAR_A16_FULL + i), 128);
-        mbar_init(bar(BAR_A16_EMPTY + i), 8);
-      }
+  if (tid == 0) {
+    for (int i = 0; i < STAGES; i++) {
+      mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
+      mbar_init(bar(BAR_EMPTY + i), 8 + 4); /* one per consumer warp and producer warp */
     }
-  };
-  init_barriers();
+    for (int i = 0; i < NA16; i++) {
+      mbar_init(bar(BAR_A16_FULL + i), 128);
+      mbar_init(bar(BAR_A16_EMPTY + i), 8);
+    }
+  }
   __syncthreads();
   pdl_wait(); /* the set-up above overlaps the previous kernel's end */
   NVFP4_TRACE_POINT(tid == 0, 1);
-  /* SK, between segments (both roles): the last one's epilogue has read its
-   * tile from the rings' memory and every barrier phase is complete; the
-   * barriers start over */
-  auto next_segment_barriers = [&] {
-    named_barrier_sync(0, THREADS);
-    if (tid == 0)
-      for (int i = 0; i < 2 * STAGES + 2 * NA16; i++) mbar_inval(bar(i));
-    init_barriers();
-    named_barrier_sync(0, THREADS);
+  /* SK: the rings and their barriers run on from one segment to the next (K
+   * step g0 + j of the CTA). A segment that ends by handing its partial over
+   * leaves the rings to the next one at once; one that stored its tile
+   * through the rings' memory (the epilogue) needs every thread past that
+   * first: a CTA barrier at the next segment's start. */
+  auto segment_start = [&](int si) {
+    const bool after_handover = si == 1 && sk_start((int)blockIdx.x) % ksteps != 0;
+    if (SK && si && !after_handover) named_barrier_sync(0, THREADS);
   };
 
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     for (int si = 0; segment(si); si++) {
-    if (SK && si) next_segment_barriers();
+    segment_start(si);
     /* SK: per segment, what derives from the thread index is computed again
      * rather than kept alive through the epilogue (LICM would hoist it) */
     const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x;
+    const nvfp4_matmul &p = t.p[pg];
     /* ---- producer: copies of the A and B tiles (thread pairs share a row:
      * lane 2i + h copies chunk h of row i, so one copy instruction covers 16
      * whole 32-byte rows instead of half of 32 rows: half the L1 lookups) and
@@ -292,14 +296,18 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int i = 0; i < 2; i++) cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
       cp_async_mbar_arrive(bar(BAR_FULL + slot));
     };
-    for (int j = 0; j < STAGES && j < steps; j++) load(j, j);
+    for (int j = 0; j < STAGES && j < steps; j++) {
+      const int gj = g0 + j; /* SK: the slot's last use (a step of the last segment) must be read */
+      if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
+      load(gj % STAGES, j);
+    }
     NVFP4_TRACE_POINT(tid == 0, 9);
 
     for (int j = 0; j < steps; j++) {
-      const int slot = j % STAGES, buf = j % NA16;
-      mbar_wait(bar(BAR_FULL + slot), (j / STAGES) & 1);
+      const int gj = g0 + j, slot = gj % STAGES, buf = gj % NA16;
+      mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
       NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
-      if (j >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((j / NA16) - 1) & 1);
+      if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
       const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
       /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
        * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
@@ -350,21 +358,24 @@ __global__ void __launch_bounds__(THREADS, 1)
       mbar_arrive(bar(BAR_A16_FULL + buf));
       /* refill the slot of step j-1 once every consumer and producer warp has read it */
       if (j >= 1 && j - 1 + STAGES < steps) {
-        const int old = (j - 1) % STAGES;
-        mbar_wait(bar(BAR_EMPTY + old), ((j - 1) / STAGES) & 1);
+        const int old = (gj - 1) % STAGES;
+        mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
         load(old, j - 1 + STAGES);
       }
     }
     NVFP4_TRACE_POINT(tid == 0, 3);
     pdl_launch_dependents();
     /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
-     * the partial tile is written (and with split-K: (C) it has been read) */
-    named_barrier_sync(0, THREADS);
-    if (split > 1) {
-      cluster_sync();
-      cluster_sync();
-    } else {
+     * the partial tile is written (and with split-K: (C) it has been read);
+     * none where the consumers hand the partial over (SK) */
+    if (!(SK && kbeg > 0)) {
       named_barrier_sync(0, THREADS);
+      if (split > 1) {
+        cluster_sync();
+        cluster_sync();
+      } else {
+        named_barrier_sync(0, THREADS);
+      }
     }
     }
   } else {
@@ -375,8 +386,9 @@ __global__ void __launch_bounds__(THREADS, 1)
      * rows 128 wg + 64 hf + 16 w + g (+ 8). */
     setmaxnreg_inc<CONSUMER_REGS>();
     for (int si = 0; segment(si); si++) {
-    if (SK && si) next_segment_barriers();
+    segment_start(si);
     const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x; /* as in the producer */
+    const nvfp4_matmul &p = t.p[pg];
     const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
     float acc[2][TM / 2]; /* [half of the warpgroup's rows][wgmma accumulator] */
 #pragma unroll
@@ -400,10 +412,10 @@ __global__ void __launch_bounds__(THREADS, 1)
      * issues step j + 1 after 1 issued j (barrier 3) */
     const int turn_wait = wg ? 2 : 3, turn_arrive = wg ? 3 : 2;
     const uint64_t desc0 = wgmma_desc_sw128(smem_addr);
-    int slot = 0;
-    uint32_t full_phase = 0, slot_off = 0;
+    int slot = g0 % STAGES; /* SK: where the rings stand after the earlier segments */
+    uint32_t full_phase = (g0 / STAGES) & 1, slot_off = slot * STAGE_BYTES;
     for (int j = 0; j < steps; j++) {
-      const int buf = j & (NA16 - 1);
+      const int buf = (g0 + j) & (NA16 - 1);
       mbar_wait(bar(BAR_FULL + slot), full_phase);
       uint2 v[2][2];
       uint32_t sb[2];
@@ -437,7 +449,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
       /* descriptor address field: (byte address) / 16, + 2 per k16 step */
       const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
-      mbar_wait(bar(BAR_A16_FULL + buf), (j / NA16) & 1);
+      mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
       if (PING_PONG && (wg || j > 0)) named_barrier_sync(turn_wait, 256);
       wgmma_fence();
 #pragma unroll
@@ -456,11 +468,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     /* ---- SK: a segment that starts inside its tile hands its partial over;
      * the one at the tile's K start adds the later CTAs' partials */
     if (SK) segment(opaque(si)); /* recomputed, not carried through the loop */
-    const bool handover = SK && kbeg > 0;
     if (SK) {
       float4 *slot_ws = reinterpret_cast<float4 *>(sk.ws) + (int64_t)blockIdx.x * (TM / 4) * 256 + ct;
       constexpr int QH = TM / 8; /* float4 per half */
-      if (handover) {
+      if (kbeg > 0) { /* no epilogue: the next segment (if any) has the rings */
 #pragma unroll
         for (int q = 0; q < TM / 4; q++) {
           const float *a = &acc[q / QH][4 * (q % QH)];
@@ -472,8 +483,9 @@ __global__ void __launch_bounds__(THREADS, 1)
           __threadfence();
           st_release_gpu(sk.flags + blockIdx.x, 1);
         }
+        continue;
       } else if (steps < ksteps) {
-        for (int c2 = (int)blockIdx.x + 1; c2 < sk.ctas && sk_start(c2) < (int)(tile + 1) * ksteps; c2++) {
+        for (int c2 = (int)blockIdx.x + 1; c2 < sk.ctas && sk_start(c2) < (gtile + 1) * ksteps; c2++) {
           if (ct == 0) wait_flag_gpu(sk.flags + c2);
           named_barrier_sync(1, 256);
           const float4 *src = reinterpret_cast<const float4 *>(sk.ws) + (int64_t)c2 * (TM / 4) * 256 + ct;
@@ -493,18 +505,16 @@ __global__ void __launch_bounds__(THREADS, 1)
      * activation row 8b + 2tq + jj. */
     float *part = reinterpret_cast<float *>(smem);
     named_barrier_sync(0, THREADS); /* (A), bar.sync 0 reached from both branches: well defined in PTX */
-    if (!handover) {
 #pragma unroll
-      for (int hf = 0; hf < 2; hf++)
+    for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-        for (int b = 0; b < TM / 8; b++)
+      for (int b = 0; b < TM / 8; b++)
 #pragma unroll
-          for (int rr = 0; rr < 2; rr++)
+        for (int rr = 0; rr < 2; rr++)
 #pragma unroll
-            for (int jj = 0; jj < 2; jj++)
-              part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
-                  acc[hf][4 * b + 2 * rr + jj];
-    }
+          for (int jj = 0; jj < 2; jj++)
+            part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
+                acc[hf][4 * b + 2 * rr + jj];
     NVFP4_TRACE_POINT(tid == 128, 10);
     if (split > 1) cluster_sync(); /* (B) every CTA's partial tile complete */
     else named_barrier_sync(0, THREADS);
@@ -522,7 +532,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
     /* all of a thread's loads are issued before the sums */
 #pragma unroll 2
-    for (int idx = handover ? (mr1 - mr0) * VECS : ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
+    for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
       const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
       const int64_t m = m0 + mr, n = n0 + nc;
       if (m >= pm || n >= pn) continue;
@@ -627,17 +637,20 @@ struct Plan {
 /* Costs in K steps of one CTA. Split-K: the waves of clusters that the tiles
  * need times the steps per CTA, plus the pipeline fill and epilogue per wave
  * (~3 steps of the 128-row tile; the smaller tiles' steps are shorter, so the
- * same time is more of them). Ties go to the smaller split. Stream-K (128-row
- * tiles, one problem, a workspace given): the steps per CTA plus a fill and
- * epilogue per segment, plus 4 for a partial's store and load, and chosen
- * only when 10% cheaper. Measured (H200, PERF.md session 11): dual 512 x
- * 3072 x 7168, 96 tiles, 12% faster; every shape the model leaves to split-K
- * was 0-14% slower as stream-K. */
+ * same time is more of them). Ties go to the smaller split.
+ * Stream-K (128-row tiles, one K, a workspace given): the steps per CTA, a
+ * fill and epilogue per segment, 4 for a partial's store and load, 3 more per
+ * further partial the tile's owner adds (the CTAs that share a tile),
+ * against the best split-K with 2 more per wave where the split sums through
+ * DSMEM (~4 us instead of ~1, PERF.md session 6); chosen when 5% cheaper.
+ * Fitted to 14 shapes measured both ways (H200, PERF.md session 11): it picks
+ * the two that gained (dual 512 x 3072 x 7168 by 12%, the 8-group 4096 x
+ * 7168 by 8%) and none of those that lost (0-75%). */
 template <bool DUAL, int TM>
 Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &dev) {
   constexpr double FILL_STEPS = TM == 128 ? 3.0 : 8.0;
   int best = 1;
-  double best_cost = 1e30;
+  double best_cost = 1e30, split_k_cost = 1e30; /* the latter: against stream-K */
   for (int s = 1; s <= MAX_SPLIT; s++) {
     if (s > 1 && ksteps / s < 4) break;
     const int fit = max_clusters<DUAL, TM>(s, dev);
@@ -645,14 +658,16 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
     const double waves = (double)((tiles + fit - 1) / fit);
     const double cost = waves * ((double)((ksteps + s - 1) / s) + FILL_STEPS);
     if (cost < best_cost * 0.97) best = s, best_cost = cost;
+    split_k_cost = std::min(split_k_cost, cost + (s > 1 ? 2.0 * waves : 0.0));
   }
   Plan plan = {best, 0};
   if (TM == 128 && sk_ok && NVFP4_SM90_SK && tiles * ksteps >= dev.sms && tiles * ksteps <= INT32_MAX) {
     const int ctas = dev.sms;
     const double per_cta = (double)(tiles * ksteps) / ctas;
     const double segments = std::ceil(per_cta / (double)ksteps) + 1.0;
-    const double cost = per_cta + segments * FILL_STEPS + 4.0;
-    if (NVFP4_SM90_SK == 2 || cost < best_cost * 0.9) plan.sk_ctas = ctas;
+    const double more_partials = std::ceil((double)ksteps / per_cta) - 1.0;
+    const double cost = per_cta + segments * FILL_STEPS + 4.0 + 3.0 * more_partials;
+    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * 0.95) plan.sk_ctas = ctas;
   }
   return plan;
 }
@@ -690,7 +705,8 @@ struct TileLaunch {
     t.tile_start[count] = (int32_t)tiles;
     t.count = count;
     if (tiles == 0 || tiles * MAX_SPLIT > INT32_MAX) return;
-    sk_ok = sk_ok && count == 1;
+    for (int g = 0; g < count; g++) /* stream-K: every problem with tiles has the same K */
+      sk_ok = sk_ok && (!problems[g].m || !problems[g].n || !problems[g].batch || problems[g].k / KSTEP == ksteps);
     const DeviceInfo &dev = device_info();
     plan = dual ? choose_plan<true, TM>(tiles, ksteps, sk_ok, dev) : choose_plan<false, TM>(tiles, ksteps, sk_ok, dev);
   }
@@ -704,6 +720,7 @@ struct TileLaunch {
       sk.ws = static_cast<float *>(ws);
       sk.flags = reinterpret_cast<int *>(static_cast<uint8_t *>(ws) + (size_t)plan.sk_ctas * sk_partial_bytes(TM));
       sk.ctas = plan.sk_ctas;
+      sk.ksteps = (int)ksteps;
       sk.q = (int)(tiles * ksteps / sk.ctas), sk.r = (int)(tiles * ksteps % sk.ctas);
       cudaError_t e = cudaMemsetAsync(sk.flags, 0, (size_t)plan.sk_ctas * sizeof(int), stream);
       if (e != cudaSuccess) return e;

@@ -167,11 +167,6 @@ __device__ __forceinline__ void mbar_init(uint32_t addr, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(addr), "r"(count) : "memory");
 }
 
-/* Before an mbarrier's memory is initialised again (ISA: mbarrier.inval). */
-__device__ __forceinline__ void mbar_inval(uint32_t addr) {
-  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(addr) : "memory");
-}
-
 /* One arrival (release: this thread's earlier writes are visible to whoever
  * waits for the phase). */
 __device__ __forceinline__ void mbar_arrive(uint32_t addr) {
