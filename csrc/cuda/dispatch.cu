@@ -59,7 +59,8 @@ extern "C" size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int 
   if (count == 1 && (empty(problems[0]) || gemv_supported(problems[0]) || as_gemv(problems[0], q))) return 0;
   size_t bytes = 0;
   for (int g = 0; g < count; g += NVFP4_LAUNCH_GROUPS) {
-    const size_t b = matmul_sm90_workspace(problems + g, count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS);
+    const int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
+    const size_t b = matmul_sm90_workspace(problems + g, n);
     bytes = b > bytes ? b : bytes;
   }
   return bytes;
@@ -91,7 +92,8 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
     for (int g = 0; g < count; g++) tc = tc && matmul_sm90_supported(problems[g]);
     for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS) {
       int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
-      err = tc ? matmul_sm90_launch(problems + g, n, workspace, bytes, stream) : matmul_simt_launch(problems + g, n, stream);
+      err = tc ? matmul_sm90_launch(problems + g, n, workspace, bytes, stream)
+               : matmul_simt_launch(problems + g, n, stream);
     }
   }
   return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;

@@ -235,148 +235,149 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     for (int si = 0; segment(si); si++) {
-    segment_start(si);
-    /* SK: per segment, what derives from the thread index is computed again
-     * rather than kept alive through the epilogue (LICM would hoist it) */
-    const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x;
-    const nvfp4_matmul &p = t.p[pg];
-    /* ---- producer: copies of the A and B tiles (thread pairs share a row:
-     * lane 2i + h copies chunk h of row i, so one copy instruction covers 16
-     * whole 32-byte rows instead of half of 32 rows: half the L1 lookups) and
-     * of the scales (one row per thread: in the blocked layout a warp's 32
-     * rows are 512 contiguous bytes); decode of A row tid into the fp16 tile.
-     * Rows past the end copy the last row (clamped): their products land only
-     * in output rows and columns that are never stored. */
-    const int r = tid, half = tid & 1, pr = tid >> 1;
-    /* the activation decode: TPR threads per row, BPT scale blocks (16
-     * values) each, blocks t0 .. t0 + BPT - 1 of row ar */
-    constexpr int TPR = 128 / TM, BPT = 4 / TPR;
-    const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
-    const int64_t k_blocks = p.k / 16;
-    auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
-    /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
-     * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
-    auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
-    constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
-    const uint8_t *a_src[A_COPIES];
-#pragma unroll
-    for (int i = 0; i < A_COPIES; i++)
-      a_src[i] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * i, p.m) * p.a.row_stride + 16 * half;
-    const uint8_t *b_src[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const nvfp4_operand &bop = (DUAL && i >= 2) ? p.b2 : p.b;
-      b_src[i] = bop.data + l * bop.batch_stride + b_row(pr + 64 * i) * bop.row_stride + 16 * half;
-    }
-    /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
-    const uint8_t *sa_src =
-        p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(m0 + r, p.m), 0);
-    /* bytes from one step's 4 scale columns to the next: the layout's alone */
-    const int sa_step = (int)nvfp4_sf_offset(p.a.sf_layout, 0, k_blocks, 0, 4);
-    const uint8_t *sb_src[2];
-    int sb_step[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const nvfp4_operand &bop = (DUAL && i) ? p.b2 : p.b;
-      sb_src[i] = bop.sf + l * bop.sf_batch_stride +
-                  nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * i), 0);
-      sb_step[i] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
-    }
-
-    auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
-      uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-      const int kk = (kbeg + ks) * 32;
+      segment_start(si);
+      /* SK: per segment, what derives from the thread index is computed again
+       * rather than kept alive through the epilogue (LICM would hoist it) */
+      const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x;
+      const nvfp4_matmul &p = t.p[pg];
+      /* ---- producer: copies of the A and B tiles (thread pairs share a row:
+       * lane 2i + h copies chunk h of row i, so one copy instruction covers 16
+       * whole 32-byte rows instead of half of 32 rows: half the L1 lookups) and
+       * of the scales (one row per thread: in the blocked layout a warp's 32
+       * rows are 512 contiguous bytes); decode of A row tid into the fp16 tile.
+       * Rows past the end copy the last row (clamped): their products land only
+       * in output rows and columns that are never stored. */
+      const int r = tid, half = tid & 1, pr = tid >> 1;
+      /* the activation decode: TPR threads per row, BPT scale blocks (16
+       * values) each, blocks t0 .. t0 + BPT - 1 of row ar */
+      constexpr int TPR = 128 / TM, BPT = 4 / TPR;
+      const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
+      const int64_t k_blocks = p.k / 16;
+      auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
+      /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
+       * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
+      auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
+      constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
+      const uint8_t *a_src[A_COPIES];
 #pragma unroll
       for (int i = 0; i < A_COPIES; i++)
-        if (TM >= 64 || pr < TM) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
+        a_src[i] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * i, p.m) * p.a.row_stride + 16 * half;
+      const uint8_t *b_src[4];
 #pragma unroll
-      for (int i = 0; i < 4; i++) cp_async_16(st + RAW_B + raw_chunk(pr + 64 * i, half), b_src[i] + kk, 16);
-      if (TM == 128 || r < TM) cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+      for (int i = 0; i < 4; i++) {
+        const nvfp4_operand &bop = (DUAL && i >= 2) ? p.b2 : p.b;
+        b_src[i] = bop.data + l * bop.batch_stride + b_row(pr + 64 * i) * bop.row_stride + 16 * half;
+      }
+      /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
+      const uint8_t *sa_src = p.a.sf + l * p.a.sf_batch_stride +
+                              nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(m0 + r, p.m), 0);
+      /* bytes from one step's 4 scale columns to the next: the layout's alone */
+      const int sa_step = (int)nvfp4_sf_offset(p.a.sf_layout, 0, k_blocks, 0, 4);
+      const uint8_t *sb_src[2];
+      int sb_step[2];
 #pragma unroll
-      for (int i = 0; i < 2; i++) cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
-      cp_async_mbar_arrive(bar(BAR_FULL + slot));
-    };
-    for (int j = 0; j < STAGES && j < steps; j++) {
-      const int gj = g0 + j; /* SK: the slot's last use (a step of the last segment) must be read */
-      if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
-      load(gj % STAGES, j);
-    }
-    NVFP4_TRACE_POINT(tid == 0, 9);
+      for (int i = 0; i < 2; i++) {
+        const nvfp4_operand &bop = (DUAL && i) ? p.b2 : p.b;
+        sb_src[i] = bop.sf + l * bop.sf_batch_stride +
+                    nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * i), 0);
+        sb_step[i] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
+      }
 
-    for (int j = 0; j < steps; j++) {
-      const int gj = g0 + j, slot = gj % STAGES, buf = gj % NA16;
-      mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
-      NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
-      if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
-      const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-      /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
-       * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
-       * chunk 2i + h, word t of the row's fp16 tile */
-      uint32_t w[2][BPT];
-      if constexpr (BPT == 4) {
-        const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
-        const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
-        w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
-        w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
-      } else if constexpr (BPT == 2) {
-        const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
-        w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
-      } else {
-        const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
-        w[0][0] = c.x, w[1][0] = c.y;
-      }
-      const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
-      /* this warp's reads of the slot are done: its refill (by producer
-       * threads that decode other rows, one step later) waits for every reader */
-      __syncwarp();
-      if ((tid & 31) == 0) mbar_arrive(bar(BAR_EMPTY + slot));
-      uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
-      if constexpr (BPT == 1) {
-        sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
-      } else {
+      auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
+        uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+        const int kk = (kbeg + ks) * 32;
 #pragma unroll
-        for (int q = 0; q < BPT; q += 2) {
-          const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
-          sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
+        for (int i = 0; i < A_COPIES; i++)
+          if (TM >= 64 || pr < TM) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
+#pragma unroll
+        for (int i = 0; i < 4; i++) cp_async_16(st + RAW_B + raw_chunk(pr + 64 * i, half), b_src[i] + kk, 16);
+        if (TM == 128 || r < TM) cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+          cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
+        cp_async_mbar_arrive(bar(BAR_FULL + slot));
+      };
+      for (int j = 0; j < STAGES && j < steps; j++) {
+        const int gj = g0 + j; /* SK: the slot's last use (a step of the last segment) must be read */
+        if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
+        load(gj % STAGES, j);
+      }
+      NVFP4_TRACE_POINT(tid == 0, 9);
+
+      for (int j = 0; j < steps; j++) {
+        const int gj = g0 + j, slot = gj % STAGES, buf = gj % NA16;
+        mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
+        NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
+        if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
+        const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+        /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
+         * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
+         * chunk 2i + h, word t of the row's fp16 tile */
+        uint32_t w[2][BPT];
+        if constexpr (BPT == 4) {
+          const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
+          const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
+          w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
+          w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
+        } else if constexpr (BPT == 2) {
+          const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
+          w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
+        } else {
+          const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
+          w[0][0] = c.x, w[1][0] = c.y;
+        }
+        const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
+        /* this warp's reads of the slot are done: its refill (by producer
+         * threads that decode other rows, one step later) waits for every reader */
+        __syncwarp();
+        if ((tid & 31) == 0) mbar_arrive(bar(BAR_EMPTY + slot));
+        uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
+        if constexpr (BPT == 1) {
+          sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
+        } else {
+#pragma unroll
+          for (int q = 0; q < BPT; q += 2) {
+            const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
+            sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
+          }
+        }
+        uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          uint32_t d[BPT][4];
+#pragma unroll
+          for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
+            if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
+            else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
+            else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
+          }
+        }
+        fence_proxy_async_smem();
+        mbar_arrive(bar(BAR_A16_FULL + buf));
+        /* refill the slot of step j-1 once every consumer and producer warp has read it */
+        if (j >= 1 && j - 1 + STAGES < steps) {
+          const int old = (gj - 1) % STAGES;
+          mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
+          load(old, j - 1 + STAGES);
         }
       }
-      uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        uint32_t d[BPT][4];
-#pragma unroll
-        for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
-          if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
-          else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
-          else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
-        }
-      }
-      fence_proxy_async_smem();
-      mbar_arrive(bar(BAR_A16_FULL + buf));
-      /* refill the slot of step j-1 once every consumer and producer warp has read it */
-      if (j >= 1 && j - 1 + STAGES < steps) {
-        const int old = (gj - 1) % STAGES;
-        mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
-        load(old, j - 1 + STAGES);
-      }
-    }
-    NVFP4_TRACE_POINT(tid == 0, 3);
-    pdl_launch_dependents();
-    /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
-     * the partial tile is written (and with split-K: (C) it has been read);
-     * none where the consumers hand the partial over (SK) */
-    if (!(SK && kbeg > 0)) {
-      named_barrier_sync(0, THREADS);
-      if (split > 1) {
-        cluster_sync();
-        cluster_sync();
-      } else {
+      NVFP4_TRACE_POINT(tid == 0, 3);
+      pdl_launch_dependents();
+      /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
+       * the partial tile is written (and with split-K: (C) it has been read);
+       * none where the consumers hand the partial over (SK) */
+      if (!(SK && kbeg > 0)) {
         named_barrier_sync(0, THREADS);
+        if (split > 1) {
+          cluster_sync();
+          cluster_sync();
+        } else {
+          named_barrier_sync(0, THREADS);
+        }
       }
-    }
     }
   } else {
     /* ---- consumers: warpgroup wg takes weight rows 128 wg .. 128 wg + 127
@@ -386,182 +387,182 @@ __global__ void __launch_bounds__(THREADS, 1)
      * rows 128 wg + 64 hf + 16 w + g (+ 8). */
     setmaxnreg_inc<CONSUMER_REGS>();
     for (int si = 0; segment(si); si++) {
-    segment_start(si);
-    const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x; /* as in the producer */
-    const nvfp4_matmul &p = t.p[pg];
-    const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
-    float acc[2][TM / 2]; /* [half of the warpgroup's rows][wgmma accumulator] */
+      segment_start(si);
+      const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x; /* as in the producer */
+      const nvfp4_matmul &p = t.p[pg];
+      const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31, g = lane >> 2, tq = lane & 3;
+      float acc[2][TM / 2]; /* [half of the warpgroup's rows][wgmma accumulator] */
 #pragma unroll
-    for (int i = 0; i < TM / 2; i++) acc[0][i] = acc[1][i] = 0.f;
-    /* The 128-row tile's warpgroups take turns on the tensor cores (named
-     * barriers 2 and 3 order their wgmma issue): one decodes its next
-     * fragments while the other's 8 wgmma run. The smaller tiles do not: see
-     * "Small M" above. */
-    constexpr bool PING_PONG = TM == 128;
-    /* The loop's addresses, all 32-bit shared ones fixed before it: the
-     * thread's raw rows r0, r0 + 8, r0 + 64, r0 + 72 are 256 / 2048 / 2304
-     * bytes apart in every slot (the chunk swizzle depends on (r / 4) % 2
-     * only), their scale bytes 32 / 256 / 288. Slot, phase and descriptors
-     * advance by additions. 19 fewer instructions per warp and step than
-     * addresses computed per step: the dual 2-5% faster, the gemm 0-1.6%
-     * (bench_gemm, H200, PERF.md session 9). */
-    const int r00 = wg * 128 + warp * 16 + g;
-    const uint32_t b_at = smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1);
-    const uint32_t sfb_at = smem_addr + RAW_BASE + RAW_SFB + r00 * 4 + tq;
-    /* turn order: warpgroup 1 issues step j after 0 issued it (barrier 2), 0
-     * issues step j + 1 after 1 issued j (barrier 3) */
-    const int turn_wait = wg ? 2 : 3, turn_arrive = wg ? 3 : 2;
-    const uint64_t desc0 = wgmma_desc_sw128(smem_addr);
-    int slot = g0 % STAGES; /* SK: where the rings stand after the earlier segments */
-    uint32_t full_phase = (g0 / STAGES) & 1, slot_off = slot * STAGE_BYTES;
-    for (int j = 0; j < steps; j++) {
-      const int buf = (g0 + j) & (NA16 - 1);
-      mbar_wait(bar(BAR_FULL + slot), full_phase);
-      uint2 v[2][2];
-      uint32_t sb[2];
+      for (int i = 0; i < TM / 2; i++) acc[0][i] = acc[1][i] = 0.f;
+      /* The 128-row tile's warpgroups take turns on the tensor cores (named
+       * barriers 2 and 3 order their wgmma issue): one decodes its next
+       * fragments while the other's 8 wgmma run. The smaller tiles do not: see
+       * "Small M" above. */
+      constexpr bool PING_PONG = TM == 128;
+      /* The loop's addresses, all 32-bit shared ones fixed before it: the
+       * thread's raw rows r0, r0 + 8, r0 + 64, r0 + 72 are 256 / 2048 / 2304
+       * bytes apart in every slot (the chunk swizzle depends on (r / 4) % 2
+       * only), their scale bytes 32 / 256 / 288. Slot, phase and descriptors
+       * advance by additions. 19 fewer instructions per warp and step than
+       * addresses computed per step: the dual 2-5% faster, the gemm 0-1.6%
+       * (bench_gemm, H200, PERF.md session 9). */
+      const int r00 = wg * 128 + warp * 16 + g;
+      const uint32_t b_at = smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1);
+      const uint32_t sfb_at = smem_addr + RAW_BASE + RAW_SFB + r00 * 4 + tq;
+      /* turn order: warpgroup 1 issues step j after 0 issued it (barrier 2), 0
+       * issues step j + 1 after 1 issued j (barrier 3) */
+      const int turn_wait = wg ? 2 : 3, turn_arrive = wg ? 3 : 2;
+      const uint64_t desc0 = wgmma_desc_sw128(smem_addr);
+      int slot = g0 % STAGES; /* SK: where the rings stand after the earlier segments */
+      uint32_t full_phase = (g0 / STAGES) & 1, slot_off = slot * STAGE_BYTES;
+      for (int j = 0; j < steps; j++) {
+        const int buf = (g0 + j) & (NA16 - 1);
+        mbar_wait(bar(BAR_FULL + slot), full_phase);
+        uint2 v[2][2];
+        uint32_t sb[2];
 #pragma unroll
-      for (int hf = 0; hf < 2; hf++) {
-        v[hf][0] = ld_shared_u2(b_at + slot_off + 2048 * hf);
-        v[hf][1] = ld_shared_u2(b_at + slot_off + 2048 * hf + 256);
-        sb[hf] = ld_shared_u8(sfb_at + slot_off + 256 * hf) | ld_shared_u8(sfb_at + slot_off + 256 * hf + 32) << 8;
+        for (int hf = 0; hf < 2; hf++) {
+          v[hf][0] = ld_shared_u2(b_at + slot_off + 2048 * hf);
+          v[hf][1] = ld_shared_u2(b_at + slot_off + 2048 * hf + 256);
+          sb[hf] = ld_shared_u8(sfb_at + slot_off + 256 * hf) | ld_shared_u8(sfb_at + slot_off + 256 * hf + 32) << 8;
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
+        if (++slot == STAGES) slot = 0, slot_off = 0, full_phase ^= 1;
+        else slot_off += STAGE_BYTES;
+        uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+          const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb[hf]);
+          const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
+          uint32_t h00[4], h01[4], h10[4], h11[4];
+          nvfp4_e2m1x8_to_half2x4(v[hf][0].x, s0, h00);
+          nvfp4_e2m1x8_to_half2x4(v[hf][0].y, s0, h01);
+          nvfp4_e2m1x8_to_half2x4(v[hf][1].x, s1, h10);
+          nvfp4_e2m1x8_to_half2x4(v[hf][1].y, s1, h11);
+#pragma unroll
+          for (int s = 0; s < 4; s++) {
+            f[hf][s][0] = h00[s];
+            f[hf][s][1] = h10[s];
+            f[hf][s][2] = h01[s];
+            f[hf][s][3] = h11[s];
+          }
+        }
+        /* descriptor address field: (byte address) / 16, + 2 per k16 step */
+        const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
+        mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
+        if (PING_PONG && (wg || j > 0)) named_barrier_sync(turn_wait, 256);
+        wgmma_fence();
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+          for (int s = 0; s < 4; s++) wgmma_rs<TM>(acc[hf], f[hf][s], desc + 2 * s);
+        wgmma_commit();
+        NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
+        if (PING_PONG && (!wg || j + 1 < steps)) named_barrier_arrive(turn_arrive, 256);
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
-      if (++slot == STAGES) slot = 0, slot_off = 0, full_phase ^= 1;
-      else slot_off += STAGE_BYTES;
-      uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
-#pragma unroll
-      for (int hf = 0; hf < 2; hf++) {
-        const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb[hf]);
-        const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
-        uint32_t h00[4], h01[4], h10[4], h11[4];
-        nvfp4_e2m1x8_to_half2x4(v[hf][0].x, s0, h00);
-        nvfp4_e2m1x8_to_half2x4(v[hf][0].y, s0, h01);
-        nvfp4_e2m1x8_to_half2x4(v[hf][1].x, s1, h10);
-        nvfp4_e2m1x8_to_half2x4(v[hf][1].y, s1, h11);
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-          f[hf][s][0] = h00[s];
-          f[hf][s][1] = h10[s];
-          f[hf][s][2] = h01[s];
-          f[hf][s][3] = h11[s];
-        }
-      }
-      /* descriptor address field: (byte address) / 16, + 2 per k16 step */
-      const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
-      mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
-      if (PING_PONG && (wg || j > 0)) named_barrier_sync(turn_wait, 256);
-      wgmma_fence();
-#pragma unroll
-      for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-        for (int s = 0; s < 4; s++) wgmma_rs<TM>(acc[hf], f[hf][s], desc + 2 * s);
-      wgmma_commit();
-      NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
-      if (PING_PONG && (!wg || j + 1 < steps)) named_barrier_arrive(turn_arrive, 256);
-      wgmma_wait<0>();
-      if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
-    }
-    NVFP4_TRACE_POINT(tid == 128, 5);
-    NVFP4_TRACE_POINT(tid == 256, 8);
-    pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
-    /* ---- SK: a segment that starts inside its tile hands its partial over;
-     * the one at the tile's K start adds the later CTAs' partials */
-    if (SK) segment(opaque(si)); /* recomputed, not carried through the loop */
-    if (SK) {
-      float4 *slot_ws = reinterpret_cast<float4 *>(sk.ws) + (int64_t)blockIdx.x * (TM / 4) * 256 + ct;
-      constexpr int QH = TM / 8; /* float4 per half */
-      if (kbeg > 0) { /* no epilogue: the next segment (if any) has the rings */
-#pragma unroll
-        for (int q = 0; q < TM / 4; q++) {
-          const float *a = &acc[q / QH][4 * (q % QH)];
-          __stcg(slot_ws + q * 256, make_float4(a[0], a[1], a[2], a[3]));
-        }
-        __threadfence();
-        named_barrier_sync(1, 256);
-        if (ct == 0) {
-          __threadfence();
-          st_release_gpu(sk.flags + blockIdx.x, 1);
-        }
-        continue;
-      } else if (steps < ksteps) {
-        for (int c2 = (int)blockIdx.x + 1; c2 < sk.ctas && sk_start(c2) < (gtile + 1) * ksteps; c2++) {
-          if (ct == 0) wait_flag_gpu(sk.flags + c2);
-          named_barrier_sync(1, 256);
-          const float4 *src = reinterpret_cast<const float4 *>(sk.ws) + (int64_t)c2 * (TM / 4) * 256 + ct;
+      NVFP4_TRACE_POINT(tid == 128, 5);
+      NVFP4_TRACE_POINT(tid == 256, 8);
+      pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
+      /* ---- SK: a segment that starts inside its tile hands its partial over;
+       * the one at the tile's K start adds the later CTAs' partials */
+      if (SK) segment(opaque(si)); /* recomputed, not carried through the loop */
+      if (SK) {
+        float4 *slot_ws = reinterpret_cast<float4 *>(sk.ws) + (int64_t)blockIdx.x * (TM / 4) * 256 + ct;
+        constexpr int QH = TM / 8; /* float4 per half */
+        if (kbeg > 0) { /* no epilogue: the next segment (if any) has the rings */
 #pragma unroll
           for (int q = 0; q < TM / 4; q++) {
-            const float4 v = __ldcg(src + q * 256);
-            float *a = &acc[q / QH][4 * (q % QH)];
-            a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
+            const float *a = &acc[q / QH][4 * (q % QH)];
+            __stcg(slot_ws + q * 256, make_float4(a[0], a[1], a[2], a[3]));
+          }
+          __threadfence();
+          named_barrier_sync(1, 256);
+          if (ct == 0) {
+            __threadfence();
+            st_release_gpu(sk.flags + blockIdx.x, 1);
+          }
+          continue;
+        } else if (steps < ksteps) {
+          for (int c2 = (int)blockIdx.x + 1; c2 < sk.ctas && sk_start(c2) < (gtile + 1) * ksteps; c2++) {
+            if (ct == 0) wait_flag_gpu(sk.flags + c2);
+            named_barrier_sync(1, 256);
+            const float4 *src = reinterpret_cast<const float4 *>(sk.ws) + (int64_t)c2 * (TM / 4) * 256 + ct;
+#pragma unroll
+            for (int q = 0; q < TM / 4; q++) {
+              const float4 v = __ldcg(src + q * 256);
+              float *a = &acc[q / QH][4 * (q % QH)];
+              a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
+            }
           }
         }
       }
-    }
-    /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
-     * (after barrier A of all 384 threads: every copy, store and wgmma read of
-     * the rings is done).
-     * acc[hf][4b + 2rr + jj] is weight row 128 wg + 64 hf + 16 warp + g + 8 rr,
-     * activation row 8b + 2tq + jj. */
-    float *part = reinterpret_cast<float *>(smem);
-    named_barrier_sync(0, THREADS); /* (A), bar.sync 0 reached from both branches: well defined in PTX */
+      /* ---- epilogue, first half: the fp32 tile [m][r] in smem, over the rings
+       * (after barrier A of all 384 threads: every copy, store and wgmma read of
+       * the rings is done).
+       * acc[hf][4b + 2rr + jj] is weight row 128 wg + 64 hf + 16 warp + g + 8 rr,
+       * activation row 8b + 2tq + jj. */
+      float *part = reinterpret_cast<float *>(smem);
+      named_barrier_sync(0, THREADS); /* (A), bar.sync 0 reached from both branches: well defined in PTX */
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++)
+      for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-      for (int b = 0; b < TM / 8; b++)
+        for (int b = 0; b < TM / 8; b++)
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++)
+          for (int rr = 0; rr < 2; rr++)
 #pragma unroll
-          for (int jj = 0; jj < 2; jj++)
-            part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
-                acc[hf][4 * b + 2 * rr + jj];
-    NVFP4_TRACE_POINT(tid == 128, 10);
-    if (split > 1) cluster_sync(); /* (B) every CTA's partial tile complete */
-    else named_barrier_sync(0, THREADS);
-    NVFP4_TRACE_POINT(tid == 128, 6);
+            for (int jj = 0; jj < 2; jj++)
+              part[(8 * b + 2 * tq + jj) * PART_PITCH + wg * 128 + hf * 64 + warp * 16 + g + 8 * rr] =
+                  acc[hf][4 * b + 2 * rr + jj];
+      NVFP4_TRACE_POINT(tid == 128, 10);
+      if (split > 1) cluster_sync(); /* (B) every CTA's partial tile complete */
+      else named_barrier_sync(0, THREADS);
+      NVFP4_TRACE_POINT(tid == 128, 6);
 
-    /* ---- epilogue, second half (consumers: the producer's registers are
-     * few): this CTA's share of the tile's rows, partials summed in rank order */
-    const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
-    constexpr int VECS = OUT_COLS / 4;
-    const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
-    uint16_t *c = p.c + l * p.c_batch_stride;
-    const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
-    /* the problem's fields in registers: read through the table's dynamic
-     * index, each was an indexed constant load inside the loop */
-    const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
-    /* all of a thread's loads are issued before the sums */
+      /* ---- epilogue, second half (consumers: the producer's registers are
+       * few): this CTA's share of the tile's rows, partials summed in rank order */
+      const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
+      constexpr int VECS = OUT_COLS / 4;
+      const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
+      uint16_t *c = p.c + l * p.c_batch_stride;
+      const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
+      /* the problem's fields in registers: read through the table's dynamic
+       * index, each was an indexed constant load inside the loop */
+      const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
+      /* all of a thread's loads are issued before the sums */
 #pragma unroll 2
-    for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
-      const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
-      const int64_t m = m0 + mr, n = n0 + nc;
-      if (m >= pm || n >= pn) continue;
-      float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
-      if (split == 1) {
-        s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
-        if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
-      } else {
-        const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
-        s1 = sum_partials(addr, split);
-        if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
+      for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
+        const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
+        const int64_t m = m0 + mr, n = n0 + nc;
+        if (m >= pm || n >= pn) continue;
+        float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
+        if (split == 1) {
+          s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
+          if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
+        } else {
+          const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
+          s1 = sum_partials(addr, split);
+          if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
+        }
+        float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
+        if (DUAL) {
+          o[0] = silu(o[0]) * (s2.x * scale);
+          o[1] = silu(o[1]) * (s2.y * scale);
+          o[2] = silu(o[2]) * (s2.z * scale);
+          o[3] = silu(o[3]) * (s2.w * scale);
+        }
+        uint16_t *dst = c + m * c_row_stride + n;
+        if (vec_ok && n + 3 < pn) {
+          st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
+        } else {
+          for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
+        }
       }
-      float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
-      if (DUAL) {
-        o[0] = silu(o[0]) * (s2.x * scale);
-        o[1] = silu(o[1]) * (s2.y * scale);
-        o[2] = silu(o[2]) * (s2.z * scale);
-        o[3] = silu(o[3]) * (s2.w * scale);
-      }
-      uint16_t *dst = c + m * c_row_stride + n;
-      if (vec_ok && n + 3 < pn) {
-        st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
-      } else {
-        for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
-      }
-    }
-    NVFP4_TRACE_POINT(tid == 128, 11);
-    if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
-    NVFP4_TRACE_POINT(tid == 128, 7);
+      NVFP4_TRACE_POINT(tid == 128, 11);
+      if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
+      NVFP4_TRACE_POINT(tid == 128, 7);
     }
   }
 #else
