@@ -104,6 +104,48 @@ def test_cuda_graph_capture_and_replay(gen):
 
 
 @needs_cuda
+def test_stream_k_in_graph_and_on_two_streams(gen):
+    """A shape that runs stream-K on a Hopper GPU (a workspace from the caching
+    allocator and a memset of its flags per call; tests/test_tensor_cores.py
+    asserts the kernel): captured in a CUDA graph and replayed on new inputs,
+    and two such calls at once on two streams, each with its own workspace."""
+    dev = "cuda"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    m, n, k = 200, 3 * sms // 8 * 256 - 77, 16384
+    a, b = gemm_problem(None, m, n, k, gen, dev)
+    sa, sb, ssfa, ssfb = (x.clone() for x in (a.data, b.data, a.sf, b.sf))
+    out = poisoned((m, n), dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        nk.gemm(sa, sb, ssfa, ssfb, out=out)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        nk.gemm(sa, sb, ssfa, ssfb, out=out)
+    for _ in range(2):
+        a2, b2 = gemm_problem(None, m, n, k, gen, dev)
+        for dst, src in zip((sa, sb, ssfa, ssfb), (a2.data, b2.data, a2.sf, b2.sf)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matches(out, ref_gemm(a2, b2), "stream-K gemm, graph replay")
+    c, d = gemm_problem(None, m, n, k, gen, dev)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = [poisoned((m, n), dev), poisoned((m, n), dev)]
+    for st, (x, y), o in zip(streams, ((a, b), (c, d)), outs):
+        st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            nk.gemm(x.data, y.data, x.sf, y.sf, out=o)
+    for st in streams:
+        torch.cuda.current_stream().wait_stream(st)
+    torch.cuda.synchronize()
+    assert_matches(outs[0], ref_gemm(a, b), "stream-K gemm on stream 1 of 2")
+    assert_matches(outs[1], ref_gemm(c, d), "stream-K gemm on stream 2 of 2")
+
+
+@needs_cuda
 def test_non_default_stream(gen):
     dev = "cuda"
     a, b, b2, a_v, v, ga, gb = _args(gen, dev)
