@@ -84,7 +84,10 @@ size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int count);
 
 /* nvfp4_matmul_cuda with `workspace` (16-byte aligned device memory of `bytes`,
  * used in stream order on `stream`, contents not kept). With too few bytes it
- * is not used: the same results either way, to within fp32 summation order. */
+ * is not used: the same results either way, to within fp32 summation order.
+ * Stream-K needs one CTA per SM of the device resident at once; where the
+ * process gets fewer SMs (MPS limits, green contexts), set NVFP4_STREAM_K=0
+ * in the environment before the first call. */
 nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, void *workspace, size_t bytes,
                                   cudaStream_t stream);
 

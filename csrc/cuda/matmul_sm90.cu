@@ -67,6 +67,7 @@
  * and 16-row tiles, decoding the next step during the wgmma; PERF.md.)
  */
 #include <cmath>
+#include <cstdlib>
 
 #include "common.cuh"
 #include "ptx_sm90.cuh"
@@ -662,7 +663,15 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
     split_k_cost = std::min(split_k_cost, cost + (s > 1 ? 2.0 * waves : 0.0));
   }
   Plan plan = {best, 0};
-  if (TM == 128 && sk_ok && NVFP4_SM90_SK && tiles * ksteps >= dev.sms && tiles * ksteps <= INT32_MAX) {
+  /* Stream-K needs all of its CTAs (one per SM) resident at once: where the
+   * process gets fewer SMs than the device has (MPS limits, green contexts),
+   * NVFP4_STREAM_K=0 turns it off (a wait that cannot end traps after ~10 s). */
+  static const bool sk_env_off = [] {
+    const char *e = std::getenv("NVFP4_STREAM_K");
+    return e && e[0] == '0';
+  }();
+  if (TM == 128 && sk_ok && NVFP4_SM90_SK && !sk_env_off && tiles * ksteps >= dev.sms &&
+      tiles * ksteps <= INT32_MAX) {
     const int ctas = dev.sms;
     const double per_cta = (double)(tiles * ksteps) / ctas;
     const double segments = std::ceil(per_cta / (double)ksteps) + 1.0;
