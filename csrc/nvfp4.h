@@ -77,18 +77,19 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
  * NVFP4_LAUNCH_GROUPS (16) of them (csrc/cuda/common.cuh). */
 nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
-/* Device scratch (bytes) that nvfp4_matmul_cuda_ws can use to run these
- * problems faster; 0 for most (today only the Hopper tensor-core kernel where
- * whole tiles would leave SMs idle: stream-K). */
-size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int count);
+/* Device scratch for a launch that can use it (today the Hopper tensor-core
+ * kernel where whole tiles would leave SMs idle: stream-K). Called with the
+ * bytes the launch's plan needs; returns 16-byte aligned device memory that
+ * the launch may use in stream order on its stream (contents not kept), or
+ * NULL: the launch then runs without it. */
+typedef void *(*nvfp4_workspace_fn)(size_t bytes, void *ctx);
 
-/* nvfp4_matmul_cuda with `workspace` (16-byte aligned device memory of `bytes`,
- * used in stream order on `stream`, contents not kept). With too few bytes it
- * is not used: the same results either way, to within fp32 summation order.
- * Stream-K needs one CTA per SM of the device resident at once; where the
- * process gets fewer SMs (MPS limits, green contexts), set NVFP4_STREAM_K=0
- * in the environment before the first call. */
-nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, void *workspace, size_t bytes,
+/* nvfp4_matmul_cuda with `workspace` (may be NULL) asked for scratch where a
+ * launch can use it, at most once per launch: the same results either way, to
+ * within fp32 summation order. Stream-K needs one CTA per SM of the device
+ * resident at once; where the process gets fewer SMs (MPS limits, green
+ * contexts), set NVFP4_STREAM_K=0 in the environment before the first call. */
+nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace, void *ctx,
                                   cudaStream_t stream);
 
 /* Which kernel nvfp4_matmul_cuda would run for a single problem (for tests

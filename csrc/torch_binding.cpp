@@ -283,12 +283,23 @@ void run(const OpName &op, const nvfp4_matmul *problems, size_t count, const at:
   }
 #ifdef NVFP4_WITH_CUDA
   c10::cuda::CUDAGuard guard(device);
-  // Scratch some launches can use (stream-K partials): from torch's caching
-  // allocator, so it is stream-ordered and valid under CUDA-graph capture.
-  const size_t ws_bytes = nvfp4_matmul_cuda_workspace(problems, (int)count);
-  const Tensor ws = ws_bytes ? at::empty({(int64_t)ws_bytes}, at::TensorOptions().dtype(at::kByte).device(device))
-                             : Tensor();
-  nvfp4_status s = nvfp4_matmul_cuda_ws(problems, (int)count, ws_bytes ? ws.data_ptr() : nullptr, ws_bytes,
+  // Scratch for the launches that ask (stream-K partials), from torch's caching
+  // allocator: stream-ordered, valid under CUDA-graph capture, alive until the
+  // launches are queued. A failed allocation runs the launch without it.
+  struct Scratch {
+    at::Device device;
+    c10::SmallVector<Tensor, 1> tensors;
+  } scratch{device, {}};
+  auto workspace = [](size_t bytes, void *ctx) -> void * {
+    auto &sc = *static_cast<Scratch *>(ctx);
+    try {
+      sc.tensors.push_back(at::empty({(int64_t)bytes}, at::TensorOptions().dtype(at::kByte).device(sc.device)));
+    } catch (const c10::Error &) {
+      return nullptr;
+    }
+    return sc.tensors.back().data_ptr();
+  };
+  nvfp4_status s = nvfp4_matmul_cuda_ws(problems, (int)count, workspace, &scratch,
                                         c10::cuda::getCurrentCUDAStream(device.index()).stream());
   TORCH_CHECK(s == NVFP4_OK, op, ": CUDA launch failed: ", status_text(s),
               s == NVFP4_ERR_CUDA ? std::string(" (") + cudaGetErrorString(cudaGetLastError()) + ")" : "",

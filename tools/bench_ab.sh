@@ -6,7 +6,7 @@
 #       python3 -m benchmarks.bench_gemv --no-bf16
 #
 # AB_VARIANTS: NAME=NVCC_FLAGS entries separated by ';'. Each variant is this
-# tree's csrc/, nvfp4_kernels/, benchmarks/ and build files copied to
+# tree's csrc/, nvfp4_kernels/, benchmarks/, submission.py and build files copied to
 # /tmp/nvfp4_ab/NAME (or, where tools/ab_NAME/ exists, its csrc/ instead: put
 # another revision there with `git archive REV csrc | tar -x -C tools/ab_NAME`,
 # untracked, so the device tool carries it; delete it before committing),
@@ -36,7 +36,7 @@ if [ "$step" != run ]; then
     name=${e%%=*} flags=${e#*=}
     dir=$root/$name
     rm -rf "$dir" && mkdir -p "$dir"
-    cp -r csrc nvfp4_kernels benchmarks setup.py pyproject.toml "$dir"/
+    cp -r csrc nvfp4_kernels benchmarks setup.py pyproject.toml submission.py "$dir"/
     if [ -d "tools/ab_$name/csrc" ]; then rm -rf "$dir/csrc" && cp -r "tools/ab_$name/csrc" "$dir/csrc"; fi
     (cd "$dir" && NVFP4_NVCC_FLAGS="$flags" NVFP4_GENCODE=-gencode=arch=compute_90a,code=sm_90a MAX_JOBS=$jobs \
       python3 setup.py build_ext --inplace >build.log 2>&1 || { echo "$name: build failed"; tail -20 build.log; exit 1; }) &

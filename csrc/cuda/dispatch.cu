@@ -5,7 +5,7 @@
  *   N == 1, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
  *   M == 1, aligned, not dual          -> gemv.cu with the roles swapped
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
- *                                         stream-K where a workspace is given)
+ *                                         stream-K where the caller gives scratch)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
  * Grouped calls go in launches of up to NVFP4_LAUNCH_GROUPS problems, to the
  * tensor-core kernel when every problem of the call qualifies.
@@ -16,9 +16,8 @@ bool gemv_supported(const nvfp4_matmul &p);
 cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 bool matmul_sm90_supported(const nvfp4_matmul &p);
-cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, void *ws, size_t ws_bytes,
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                                cudaStream_t stream);
-size_t matmul_sm90_workspace(const nvfp4_matmul *problems, int count);
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
@@ -49,29 +48,13 @@ extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   return p->b2.data ? "simt_dual" : "simt";
 }
 
-/* Only the tensor-core kernel uses a workspace; a grouped call's launches run
- * one after another in the stream and share it. */
-extern "C" size_t nvfp4_matmul_cuda_workspace(const nvfp4_matmul *problems, int count) {
-  if (count <= 0) return 0;
-  for (int g = 0; g < count; g++)
-    if (!valid(problems[g]) || !matmul_sm90_supported(problems[g])) return 0;
-  nvfp4_matmul q;
-  if (count == 1 && (empty(problems[0]) || gemv_supported(problems[0]) || as_gemv(problems[0], q))) return 0;
-  size_t bytes = 0;
-  for (int g = 0; g < count; g += NVFP4_LAUNCH_GROUPS) {
-    const int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
-    const size_t b = matmul_sm90_workspace(problems + g, n);
-    bytes = b > bytes ? b : bytes;
-  }
-  return bytes;
-}
-
 extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
-  return nvfp4_matmul_cuda_ws(problems, count, nullptr, 0, stream);
+  return nvfp4_matmul_cuda_ws(problems, count, nullptr, nullptr, stream);
 }
 
-extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, void *workspace, size_t bytes,
-                                             cudaStream_t stream) {
+/* Only the tensor-core kernel asks for scratch, once per launch. */
+extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace,
+                                             void *ctx, cudaStream_t stream) {
   if (count <= 0) return NVFP4_ERR_INVALID;
   for (int g = 0; g < count; g++)
     if (!valid(problems[g]) || (problems[g].b2.data != nullptr) != (problems[0].b2.data != nullptr))
@@ -85,14 +68,14 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
     nvfp4_matmul q;
     if (gemv_supported(p)) err = gemv_launch(p, stream);
     else if (as_gemv(p, q)) err = gemv_launch(q, stream);
-    else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, workspace, bytes, stream);
+    else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, workspace, ctx, stream);
     else err = matmul_simt_launch(&p, 1, stream);
   } else {
     bool tc = true;
     for (int g = 0; g < count; g++) tc = tc && matmul_sm90_supported(problems[g]);
     for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS) {
       int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
-      err = tc ? matmul_sm90_launch(problems + g, n, workspace, bytes, stream)
+      err = tc ? matmul_sm90_launch(problems + g, n, workspace, ctx, stream)
                : matmul_simt_launch(problems + g, n, stream);
     }
   }

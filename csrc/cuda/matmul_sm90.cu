@@ -45,7 +45,7 @@
  * takes an equal share of all tiles' K steps instead, partials through a
  * global workspace (StreamK below). Only where the cost model (choose_plan)
  * expects 5% less time, every problem of the launch has the same K and the
- * caller gave the workspace (nvfp4_matmul_cuda_ws).
+ * caller gives the workspace (nvfp4_matmul_cuda_ws).
  *
  * Speed of light (H200 measured: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
  * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Issue slots
@@ -640,7 +640,7 @@ struct Plan {
  * need times the steps per CTA, plus the pipeline fill and epilogue per wave
  * (~3 steps of the 128-row tile; the smaller tiles' steps are shorter, so the
  * same time is more of them). Ties go to the smaller split.
- * Stream-K (128-row tiles, one K, a workspace given): the steps per CTA, a
+ * Stream-K (128-row tiles, one K, a workspace to ask for): the steps per CTA, a
  * fill and epilogue per segment, 4 for a partial's store and load, 3 more per
  * further partial the tile's owner adds (the CTAs that share a tile),
  * against the best split-K with 2 more per wave where the split sums through
@@ -721,12 +721,14 @@ struct TileLaunch {
     plan = dual ? choose_plan<true, TM>(tiles, ksteps, sk_ok, dev) : choose_plan<false, TM>(tiles, ksteps, sk_ok, dev);
   }
   size_t workspace() const { return plan.sk_ctas ? sk_workspace_bytes(plan.sk_ctas, TM) : 0; }
-  /* Stream-K where the plan says so and the workspace suffices; else split-K. */
-  cudaError_t launch(void *ws, size_t ws_bytes, cudaStream_t stream) const {
+  /* Stream-K where the plan says so and the caller gives the workspace; else
+   * split-K. */
+  cudaError_t launch(nvfp4_workspace_fn ws_fn, void *ctx, cudaStream_t stream) const {
     if (tiles == 0) return cudaSuccess;
     if (tiles * MAX_SPLIT > INT32_MAX) return cudaErrorInvalidConfiguration;
     StreamK sk = {};
-    if (plan.sk_ctas && ws && aligned(ws, 16) && ws_bytes >= workspace()) {
+    void *ws = plan.sk_ctas && ws_fn ? ws_fn(workspace(), ctx) : nullptr;
+    if (ws && aligned(ws, 16)) {
       sk.ws = static_cast<float *>(ws);
       sk.flags = reinterpret_cast<int *>(static_cast<uint8_t *>(ws) + (size_t)plan.sk_ctas * sk_partial_bytes(TM));
       sk.ctas = plan.sk_ctas;
@@ -771,19 +773,13 @@ bool matmul_sm90_supported(const nvfp4_matmul &p) {
 
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
  * matmul_sm90_supported. One launch (after a memset of the stream-K flags
- * where the plan is stream-K); empty problems get no tiles. `ws` (nullptr or
- * ws_bytes of device memory) is used where the plan needs no more. */
-cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, void *ws, size_t ws_bytes,
+ * where the plan is stream-K); empty problems get no tiles. `ws` (may be
+ * nullptr) is asked for the workspace where the plan is stream-K. */
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                                cudaStream_t stream) {
   switch (tile_rows(problems, count)) {
-    case 32: return TileLaunch<32>(problems, count, false).launch(nullptr, 0, stream);
-    case 64: return TileLaunch<64>(problems, count, false).launch(nullptr, 0, stream);
-    default: return TileLaunch<128>(problems, count, ws != nullptr).launch(ws, ws_bytes, stream);
+    case 32: return TileLaunch<32>(problems, count, false).launch(nullptr, nullptr, stream);
+    case 64: return TileLaunch<64>(problems, count, false).launch(nullptr, nullptr, stream);
+    default: return TileLaunch<128>(problems, count, ws != nullptr).launch(ws, ctx, stream);
   }
-}
-
-/* Bytes of device workspace that matmul_sm90_launch can use for these
- * problems (0: it would not use any). */
-size_t matmul_sm90_workspace(const nvfp4_matmul *problems, int count) {
-  return tile_rows(problems, count) == 128 ? TileLaunch<128>(problems, count, true).workspace() : 0;
 }
