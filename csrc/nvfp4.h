@@ -86,9 +86,10 @@ typedef void *(*nvfp4_workspace_fn)(size_t bytes, void *ctx);
 
 /* nvfp4_matmul_cuda with `workspace` (may be NULL) asked for scratch where a
  * launch can use it, at most once per launch: the same results either way, to
- * within fp32 summation order. Stream-K needs one CTA per SM of the device
- * resident at once; where the process gets fewer SMs (MPS limits, green
- * contexts), set NVFP4_STREAM_K=0 in the environment before the first call. */
+ * within fp32 summation order. Stream-K launches are planned for one CTA per
+ * SM of the device; where the process gets fewer SMs (MPS limits, green
+ * contexts) they stay correct but run in waves: NVFP4_STREAM_K=0 in the
+ * environment before the first call turns them off. */
 nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace, void *ctx,
                                   cudaStream_t stream);
 

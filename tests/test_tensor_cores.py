@@ -5,6 +5,7 @@ through the profiler, that the wgmma kernel ran (and not the SIMT fallback);
 elsewhere the same cases check the other paths (CPU included)."""
 
 import re
+import time
 
 import pytest
 import torch
@@ -196,6 +197,42 @@ def test_stream_k(gen, op, L):
                 "matmul_sm90_kernel<true, 128, true>")
             ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
         assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda (stream-K)")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+def test_stream_k_with_few_sms(gen):
+    """Stream-K is planned for one CTA per SM. Here another kernel holds all SMs
+    but two for seconds, so at most two of the launch's CTAs run at a time: the
+    launch (test_stream_k's gemm shape, which it asserts runs stream-K) must
+    still finish while that kernel runs, and be right. It can only if a tile's
+    owner waits on CTAs that started before it (matmul_sm90.cu, StreamK); with
+    owners waiting on later CTAs it stalls until the SMs come back."""
+    from sm_hog import SmHog
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    m, n, k = 200, 3 * sms // 8 * 256 - 77, 16384
+    a, b = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "linear"))
+    out = poisoned((m, n), "cuda")
+    nk.gemm(a.data, b.data, a.sf, b.sf, out=out)  # warm-up: the allocator holds the workspace's size
+    out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    hog, side = SmHog(), torch.cuda.Stream()
+    hog_end, sk_end = torch.cuda.Event(), torch.cuda.Event()
+    hog.launch(sms - 2, 3.0, side)
+    hog_end.record(side)
+    time.sleep(0.05)  # the hog's CTAs hold their SMs before the gemm is queued
+    nk.gemm(a.data, b.data, a.sf, b.sf, out=out)
+    sk_end.record()
+    t0 = time.monotonic()
+    while not sk_end.query() and time.monotonic() - t0 < 2.0:
+        time.sleep(0.001)
+    finished, hog_running = sk_end.query(), not hog_end.query()
+    waited = time.monotonic() - t0
+    torch.cuda.synchronize()
+    assert finished and hog_running, (
+        f"stream-K gemm on 2 free SMs: finished {finished} after {waited:.3f} s, other kernel still running "
+        f"{hog_running}")
+    assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} K={k} (stream-K on 2 SMs)")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")

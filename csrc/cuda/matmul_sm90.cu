@@ -110,16 +110,20 @@ struct Layout {
  * steps are dealt to `ctas` CTAs (one per SM) in equal contiguous ranges, so a
  * CTA works on one or more segments (a tile's K range). A segment that starts
  * inside a tile can only be a CTA's first: it stores its fp32 partial in the
- * CTA's workspace slot and raises the CTA's flag. The segment holding the
- * tile's K start (a CTA's last) adds the later CTAs' partials in CTA order and
- * stores the tile. No CTA waits before its own partial is out, so every wait
- * ends once all CTAs are resident. The flags are zeroed before each launch. */
+ * workspace slot of its range and raises the range's flag. The segment holding
+ * the tile's K start (a CTA's last) adds the partials of the later ranges in
+ * range order and stores the tile. No CTA waits before its own partial is out.
+ * Ranges go to CTAs in reverse (CTA c takes range ctas - 1 - c), so a tile's
+ * owner waits only on CTAs numbered below it: with CTAs started in index order
+ * (the assumption CUB's decoupled look-back scan makes too) every wait ends even
+ * when fewer CTAs than the grid's fit at once (MPS limits, green contexts, a
+ * concurrent kernel holding SMs). The flags are zeroed before each launch. */
 struct StreamK {
-  float *ws;  /* per CTA: 256 consumer threads x TM floats, [TM / 4][256] float4 */
-  int *flags; /* per CTA: 1 once its partial is in ws                          */
+  float *ws;  /* per range: 256 consumer threads x TM floats, [TM / 4][256] float4 */
+  int *flags; /* per range: 1 once its partial is in ws                          */
   int ctas;
   int ksteps; /* of every problem of the launch                               */
-  int q, r;   /* tiles x K steps = q * ctas + r: CTA c starts at c q + min(c, r) */
+  int q, r;   /* tiles x K steps = q * ctas + r: range c starts at c q + min(c, r) */
 };
 
 #if NVFP4_SM90A
@@ -171,8 +175,10 @@ __global__ void __launch_bounds__(THREADS, 1)
   int pg = SK ? 0 : table_find(t, tile);                 /* the problem */
   constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R; /* output columns (n) per tile */
   const int ksteps = SK ? sk.ksteps : (int)(t.p[pg].k / KSTEP);
-  /* SK: the first K step of CTA c of the launch's tiles x ksteps (< 2^31) */
+  /* SK: the first K step of range c of the launch's tiles x ksteps (< 2^31);
+   * this CTA's range (reversed: see StreamK) */
   auto sk_start = [&](int c) { return c * sk.q + min(c, sk.r); };
+  const int range = SK ? sk.ctas - 1 - (int)blockIdx.x : 0;
   int gtile = 0; /* SK: the segment's tile in the launch */
   int g0 = 0;    /* SK: the CTA's K steps before this segment (the rings run on) */
   int l = 0, kbeg = 0, steps = 0;
@@ -184,7 +190,7 @@ __global__ void __launch_bounds__(THREADS, 1)
    * `split`. */
   auto segment = [&](int si) {
     if (SK) {
-      const int first = sk_start((int)blockIdx.x), end = sk_start((int)blockIdx.x + 1);
+      const int first = sk_start(range), end = sk_start(range + 1);
       const int start = si == 0 ? first : (first / ksteps + si) * ksteps;
       if (start >= end) return false;
       gtile = start / ksteps;
@@ -229,7 +235,7 @@ __global__ void __launch_bounds__(THREADS, 1)
    * through the rings' memory (the epilogue) needs every thread past that
    * first: a CTA barrier at the next segment's start. */
   auto segment_start = [&](int si) {
-    const bool after_handover = si == 1 && sk_start((int)blockIdx.x) % ksteps != 0;
+    const bool after_handover = si == 1 && sk_start(range) % ksteps != 0;
     if (SK && si && !after_handover) named_barrier_sync(0, THREADS);
   };
 
@@ -471,7 +477,7 @@ __global__ void __launch_bounds__(THREADS, 1)
        * the one at the tile's K start adds the later CTAs' partials */
       if (SK) segment(opaque(si)); /* recomputed, not carried through the loop */
       if (SK) {
-        float4 *slot_ws = reinterpret_cast<float4 *>(sk.ws) + (int64_t)blockIdx.x * (TM / 4) * 256 + ct;
+        float4 *slot_ws = reinterpret_cast<float4 *>(sk.ws) + (int64_t)range * (TM / 4) * 256 + ct;
         constexpr int QH = TM / 8; /* float4 per half */
         if (kbeg > 0) { /* no epilogue: the next segment (if any) has the rings */
 #pragma unroll
@@ -483,14 +489,15 @@ __global__ void __launch_bounds__(THREADS, 1)
           named_barrier_sync(1, 256);
           if (ct == 0) {
             __threadfence();
-            st_release_gpu(sk.flags + blockIdx.x, 1);
+            st_release_gpu(sk.flags + range, 1);
           }
           continue;
         } else if (steps < ksteps) {
-          for (int c2 = (int)blockIdx.x + 1; c2 < sk.ctas && sk_start(c2) < (gtile + 1) * ksteps; c2++) {
-            if (ct == 0) wait_flag_gpu(sk.flags + c2);
+          /* the later ranges of this tile, held by the CTAs numbered below this one */
+          for (int r2 = range + 1; r2 < sk.ctas && sk_start(r2) < (gtile + 1) * ksteps; r2++) {
+            if (ct == 0) wait_flag_gpu(sk.flags + r2);
             named_barrier_sync(1, 256);
-            const float4 *src = reinterpret_cast<const float4 *>(sk.ws) + (int64_t)c2 * (TM / 4) * 256 + ct;
+            const float4 *src = reinterpret_cast<const float4 *>(sk.ws) + (int64_t)r2 * (TM / 4) * 256 + ct;
 #pragma unroll
             for (int q = 0; q < TM / 4; q++) {
               const float4 v = __ldcg(src + q * 256);
@@ -663,9 +670,10 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
     split_k_cost = std::min(split_k_cost, cost + (s > 1 ? 2.0 * waves : 0.0));
   }
   Plan plan = {best, 0};
-  /* Stream-K needs all of its CTAs (one per SM) resident at once: where the
-   * process gets fewer SMs than the device has (MPS limits, green contexts),
-   * NVFP4_STREAM_K=0 turns it off (a wait that cannot end traps after ~10 s). */
+  /* Stream-K is planned for one CTA per SM of the device. Where the process
+   * gets fewer SMs (MPS limits, green contexts) it stays correct (StreamK: an
+   * owner waits only on CTAs numbered below it) but runs in more than one wave;
+   * NVFP4_STREAM_K=0 turns it off there. */
   static const bool sk_env_off = [] {
     const char *e = std::getenv("NVFP4_STREAM_K");
     return e && e[0] == '0';
