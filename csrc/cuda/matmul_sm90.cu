@@ -106,6 +106,73 @@ struct Layout {
   static constexpr int SMEM_BYTES = MAIN_BYTES;
 };
 
+/* Byte offset of 16-byte chunk j (0, 1) of raw row r in a stage (Layout). */
+__host__ __device__ constexpr int raw_chunk(int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); }
+
+#if NVFP4_SM90A
+/* The copies of one raw stage (K step) that thread i (0..127) of the copying
+ * warpgroup issues: of the A and B tiles (thread pairs share a row: lane
+ * 2i + h copies chunk h of row i, so one copy instruction covers 16 whole
+ * 32-byte rows instead of half of 32 rows: half the L1 lookups) and of the
+ * scales (one row per thread: in the blocked layout a warp's 32 rows are 512
+ * contiguous bytes); then the thread's arrival on the stage's barrier once
+ * they have landed. Rows past the end copy the last row (clamped): their
+ * products land only in output rows and columns that are never stored. */
+template <bool DUAL, int TM>
+struct StageCopies {
+  using L = Layout<TM>;
+  static constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
+  const uint8_t *a_src[A_COPIES], *b_src[4], *sa_src, *sb_src[2];
+  int sa_step, sb_step[2], kbeg, r, half, pr;
+
+  /* problem p, batch l, tile origin (n0, m0), its K steps from kbeg */
+  __device__ __forceinline__ StageCopies(const nvfp4_matmul &p, int l, int64_t n0, int64_t m0, int kbeg, int i)
+      : kbeg(kbeg), r(i), half(i & 1), pr(i >> 1) {
+    const int64_t k_blocks = p.k / 16;
+    auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
+    /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
+     * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
+    auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
+#pragma unroll
+    for (int c = 0; c < A_COPIES; c++)
+      a_src[c] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * c, p.m) * p.a.row_stride + 16 * half;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      const nvfp4_operand &bop = (DUAL && c >= 2) ? p.b2 : p.b;
+      b_src[c] = bop.data + l * bop.batch_stride + b_row(pr + 64 * c) * bop.row_stride + 16 * half;
+    }
+    /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts;
+     * from one step's 4 columns to the next: the layout's alone */
+    sa_src = p.a.sf + l * p.a.sf_batch_stride +
+             nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(m0 + r, p.m), 0);
+    sa_step = (int)nvfp4_sf_offset(p.a.sf_layout, 0, k_blocks, 0, 4);
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      const nvfp4_operand &bop = (DUAL && c) ? p.b2 : p.b;
+      sb_src[c] = bop.sf + l * bop.sf_batch_stride +
+                  nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * c), 0);
+      sb_step[c] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
+    }
+  }
+
+  /* K step kbeg + ks into `stage`; then an arrival on `full` (an mbarrier
+   * expecting one per thread of the warpgroup) once the copies have landed */
+  __device__ __forceinline__ void load(uint8_t *stage, int ks, uint32_t full) const {
+    const int kk = (kbeg + ks) * 32;
+#pragma unroll
+    for (int c = 0; c < A_COPIES; c++)
+      if (TM >= 64 || pr < TM) cp_async_16(stage + L::RAW_A + raw_chunk(pr + 64 * c, half), a_src[c] + kk, 16);
+#pragma unroll
+    for (int c = 0; c < 4; c++) cp_async_16(stage + L::RAW_B + raw_chunk(pr + 64 * c, half), b_src[c] + kk, 16);
+    if (TM == 128 || r < TM) cp_async_4(stage + L::RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+#pragma unroll
+    for (int c = 0; c < 2; c++)
+      cp_async_4(stage + L::RAW_SFB + (r + 128 * c) * 4, sb_src[c] + (kbeg + ks) * sb_step[c], 4);
+    cp_async_mbar_arrive(full);
+  }
+};
+#endif
+
 /* Stream-K launches (128-row tiles, every problem the same K): the launch's tiles x K
  * steps are dealt to `ctas` CTAs (one per SM) in equal contiguous ranges, so a
  * CTA works on one or more segments (a tile's K range). A segment that starts
@@ -166,7 +233,6 @@ __global__ void __launch_bounds__(THREADS, 1)
   /* raw slot landed / read by every reader; fp16 tile written / read by wgmma */
   constexpr int BAR_FULL = 0, BAR_EMPTY = STAGES, BAR_A16_FULL = 2 * STAGES, BAR_A16_EMPTY = 2 * STAGES + NA16;
   auto bar = [&](int i) { return smem_addr + L::BAR_BASE + 8 * i; };
-  constexpr auto raw_chunk = [](int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); };
   static_assert(raw_chunk(4, 1) + 256 == raw_chunk(12, 1) && raw_chunk(4, 1) + 2048 == raw_chunk(68, 1),
                 "the consumers' fixed offsets: rows 8 and 64 apart keep their chunk swizzle");
 
@@ -247,62 +313,15 @@ __global__ void __launch_bounds__(THREADS, 1)
        * rather than kept alive through the epilogue (LICM would hoist it) */
       const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x;
       const nvfp4_matmul &p = t.p[pg];
-      /* ---- producer: copies of the A and B tiles (thread pairs share a row:
-       * lane 2i + h copies chunk h of row i, so one copy instruction covers 16
-       * whole 32-byte rows instead of half of 32 rows: half the L1 lookups) and
-       * of the scales (one row per thread: in the blocked layout a warp's 32
-       * rows are 512 contiguous bytes); decode of A row tid into the fp16 tile.
-       * Rows past the end copy the last row (clamped): their products land only
-       * in output rows and columns that are never stored. */
-      const int r = tid, half = tid & 1, pr = tid >> 1;
+      /* ---- producer: the copies of every K step (StageCopies); decode of
+       * activation row(s) ar into the fp16 tile. */
+      const StageCopies<DUAL, TM> copies(p, l, n0, m0, kbeg, tid);
       /* the activation decode: TPR threads per row, BPT scale blocks (16
        * values) each, blocks t0 .. t0 + BPT - 1 of row ar */
       constexpr int TPR = 128 / TM, BPT = 4 / TPR;
       const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
-      const int64_t k_blocks = p.k / 16;
-      auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
-      /* operand rows of tile row tr (0..255): B rows n0 + tr; dual: B1 rows
-       * n0 + tr for tr < 128, B2 rows n0 + tr - 128 above */
-      auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
-      constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
-      const uint8_t *a_src[A_COPIES];
-#pragma unroll
-      for (int i = 0; i < A_COPIES; i++)
-        a_src[i] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * i, p.m) * p.a.row_stride + 16 * half;
-      const uint8_t *b_src[4];
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const nvfp4_operand &bop = (DUAL && i >= 2) ? p.b2 : p.b;
-        b_src[i] = bop.data + l * bop.batch_stride + b_row(pr + 64 * i) * bop.row_stride + 16 * half;
-      }
-      /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts */
-      const uint8_t *sa_src = p.a.sf + l * p.a.sf_batch_stride +
-                              nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(m0 + r, p.m), 0);
-      /* bytes from one step's 4 scale columns to the next: the layout's alone */
-      const int sa_step = (int)nvfp4_sf_offset(p.a.sf_layout, 0, k_blocks, 0, 4);
-      const uint8_t *sb_src[2];
-      int sb_step[2];
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        const nvfp4_operand &bop = (DUAL && i) ? p.b2 : p.b;
-        sb_src[i] = bop.sf + l * bop.sf_batch_stride +
-                    nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * i), 0);
-        sb_step[i] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
-      }
-
       auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
-        uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-        const int kk = (kbeg + ks) * 32;
-#pragma unroll
-        for (int i = 0; i < A_COPIES; i++)
-          if (TM >= 64 || pr < TM) cp_async_16(st + RAW_A + raw_chunk(pr + 64 * i, half), a_src[i] + kk, 16);
-#pragma unroll
-        for (int i = 0; i < 4; i++) cp_async_16(st + RAW_B + raw_chunk(pr + 64 * i, half), b_src[i] + kk, 16);
-        if (TM == 128 || r < TM) cp_async_4(st + RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-          cp_async_4(st + RAW_SFB + (r + 128 * i) * 4, sb_src[i] + (kbeg + ks) * sb_step[i], 4);
-        cp_async_mbar_arrive(bar(BAR_FULL + slot));
+        copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot));
       };
       for (int j = 0; j < STAGES && j < steps; j++) {
         const int gj = g0 + j; /* SK: the slot's last use (a step of the last segment) must be read */
