@@ -106,9 +106,10 @@ def test_cuda_graph_capture_and_replay(gen):
 @needs_cuda
 def test_stream_k_in_graph_and_on_two_streams(gen):
     """A shape that runs stream-K on a Hopper GPU (a workspace from the caching
-    allocator and a memset of its flags per call; tests/test_tensor_cores.py
-    asserts the kernel): captured in a CUDA graph and replayed on new inputs,
-    and two such calls at once on two streams, each with its own workspace."""
+    allocator per call; tests/test_tensor_cores.py asserts the kernel): captured
+    in a CUDA graph and replayed on new inputs (every replay keeps the captured
+    flag value, so each must leave its flags cleared for the next), and two
+    such calls at once on two streams, each with its own workspace."""
     dev = "cuda"
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     m, n, k = 200, 3 * sms // 8 * 256 - 77, 16384

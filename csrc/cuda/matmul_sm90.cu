@@ -66,8 +66,10 @@
  * it: TMA copies instead of cp.async, 4 consumer warpgroups, mma.sync on 8-
  * and 16-row tiles, decoding the next step during the wgmma; PERF.md.)
  */
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 
 #include "common.cuh"
 #include "ptx_sm90.cuh"
@@ -184,10 +186,17 @@ struct StageCopies {
  * owner waits only on CTAs numbered below it: with CTAs started in index order
  * (the assumption CUB's decoupled look-back scan makes too) every wait ends even
  * when fewer CTAs than the grid's fit at once (MPS limits, green contexts, a
- * concurrent kernel holding SMs). The flags are zeroed before each launch. */
+ * concurrent kernel holding SMs).
+ * Flags without a memset per launch (one would end the programmatic overlap
+ * of this launch with the kernel before it): a raised flag holds the launch's
+ * epoch, a 64-bit value no earlier launch used (sk_epoch), so whatever the
+ * workspace held before passes for it only by a 2^-64 chance; the owner
+ * resets each flag it consumed to 0, so a CUDA graph's replays, which keep
+ * the captured epoch, start from cleared flags. */
 struct StreamK {
   float *ws;  /* per range: 256 consumer threads x TM floats, [TM / 4][256] float4 */
-  int *flags; /* per range: 1 once its partial is in ws                          */
+  unsigned long long *flags; /* per range: `epoch` once its partial is in ws  */
+  unsigned long long epoch;
   int ctas;
   int ksteps; /* of every problem of the launch                               */
   int q, r;   /* tiles x K steps = q * ctas + r: range c starts at c q + min(c, r) */
@@ -508,13 +517,16 @@ __global__ void __launch_bounds__(THREADS, 1)
           named_barrier_sync(1, 256);
           if (ct == 0) {
             __threadfence();
-            st_release_gpu(sk.flags + range, 1);
+            st_release_gpu(sk.flags + range, sk.epoch);
           }
           continue;
         } else if (steps < ksteps) {
           /* the later ranges of this tile, held by the CTAs numbered below this one */
           for (int r2 = range + 1; r2 < sk.ctas && sk_start(r2) < (gtile + 1) * ksteps; r2++) {
-            if (ct == 0) wait_flag_gpu(sk.flags + r2);
+            if (ct == 0) {
+              wait_flag_gpu(sk.flags + r2, sk.epoch);
+              sk.flags[r2] = 0; /* for the next replay of a graph (StreamK) */
+            }
             named_barrier_sync(1, 256);
             const float4 *src = reinterpret_cast<const float4 *>(sk.ws) + (int64_t)r2 * (TM / 4) * 256 + ct;
 #pragma unroll
@@ -711,7 +723,22 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
 
 /* Stream-K workspace: a partial tile per CTA, then the flags. */
 constexpr size_t sk_partial_bytes(int tm) { return (size_t)256 * tm * sizeof(float); }
-inline size_t sk_workspace_bytes(int ctas, int tm) { return (size_t)ctas * (sk_partial_bytes(tm) + sizeof(int)); }
+inline size_t sk_workspace_bytes(int ctas, int tm) {
+  return (size_t)ctas * (sk_partial_bytes(tm) + sizeof(unsigned long long));
+}
+
+/* A launch's flag value (StreamK): a process-wide counter from a random 64-bit
+ * start, never 0. */
+inline unsigned long long sk_epoch() {
+  static std::atomic<unsigned long long> next{[] {
+    std::random_device rd;
+    return ((unsigned long long)rd() << 32) ^ rd();
+  }()};
+  unsigned long long e;
+  while (!(e = next.fetch_add(1, std::memory_order_relaxed))) {
+  }
+  return e;
+}
 
 template <bool DUAL, int TM, bool SK>
 cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const StreamK &sk, cudaStream_t stream) {
@@ -757,12 +784,12 @@ struct TileLaunch {
     void *ws = plan.sk_ctas && ws_fn ? ws_fn(workspace(), ctx) : nullptr;
     if (ws && aligned(ws, 16)) {
       sk.ws = static_cast<float *>(ws);
-      sk.flags = reinterpret_cast<int *>(static_cast<uint8_t *>(ws) + (size_t)plan.sk_ctas * sk_partial_bytes(TM));
+      sk.flags = reinterpret_cast<unsigned long long *>(static_cast<uint8_t *>(ws) +
+                                                         (size_t)plan.sk_ctas * sk_partial_bytes(TM));
+      sk.epoch = sk_epoch();
       sk.ctas = plan.sk_ctas;
       sk.ksteps = (int)ksteps;
       sk.q = (int)(tiles * ksteps / sk.ctas), sk.r = (int)(tiles * ksteps % sk.ctas);
-      cudaError_t e = cudaMemsetAsync(sk.flags, 0, (size_t)plan.sk_ctas * sizeof(int), stream);
-      if (e != cudaSuccess) return e;
       if constexpr (TM == 128)
         return dual ? launch_kernel<true, TM, true>(t, sk.ctas, 1, sk, stream)
                     : launch_kernel<false, TM, true>(t, sk.ctas, 1, sk, stream);
@@ -799,8 +826,7 @@ bool matmul_sm90_supported(const nvfp4_matmul &p) {
 }
 
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
- * matmul_sm90_supported. One launch (after a memset of the stream-K flags
- * where the plan is stream-K); empty problems get no tiles. `ws` (may be
+ * matmul_sm90_supported. One launch; empty problems get no tiles. `ws` (may be
  * nullptr) is asked for the workspace where the plan is stream-K. */
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                                cudaStream_t stream) {

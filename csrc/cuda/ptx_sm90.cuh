@@ -145,18 +145,18 @@ __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
 
 
 /* ---- flags between CTAs of one grid, in global memory ------------------ */
-__device__ __forceinline__ void st_release_gpu(int *flag, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+__device__ __forceinline__ void st_release_gpu(unsigned long long *flag, unsigned long long v) {
+  asm volatile("st.release.gpu.global.b64 [%0], %1;" ::"l"(flag), "l"(v) : "memory");
 }
 
-/* Wait until *flag != 0 (acquire: the writes released before it are visible
+/* Wait until *flag == v (acquire: the writes released before it are visible
  * to this thread). A flag that never comes (a bug, not a state a correct
  * launch reaches) traps after ~10 s instead of hanging the GPU. */
-__device__ __forceinline__ void wait_flag_gpu(const int *flag) {
+__device__ __forceinline__ void wait_flag_gpu(const unsigned long long *flag, unsigned long long v) {
   for (uint32_t n = 0;; n++) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    if (v) return;
+    unsigned long long x;
+    asm volatile("ld.acquire.gpu.global.b64 %0, [%1];" : "=l"(x) : "l"(flag) : "memory");
+    if (x == v) return;
     if (n > (1u << 26)) __trap();
     __nanosleep(128);
   }
