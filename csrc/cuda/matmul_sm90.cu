@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       NVFP4_TRACE_POINT(tid == 256, 8);
       pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
       /* ---- SK: a segment that starts inside its tile hands its partial over;
-       * the one at the tile's K start adds the later CTAs' partials */
+       * the one at the tile's K start adds the later ranges' partials */
       if (SK) segment(opaque(si)); /* recomputed, not carried through the loop */
       if (SK) {
         float4 *slot_ws = reinterpret_cast<float4 *>(sk.ws) + (int64_t)range * (TM / 4) * 256 + ct;
@@ -721,7 +721,7 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
   return plan;
 }
 
-/* Stream-K workspace: a partial tile per CTA, then the flags. */
+/* Stream-K workspace: a partial tile per range (CTA), then a flag per range. */
 constexpr size_t sk_partial_bytes(int tm) { return (size_t)256 * tm * sizeof(float); }
 inline size_t sk_workspace_bytes(int ctas, int tm) {
   return (size_t)ctas * (sk_partial_bytes(tm) + sizeof(unsigned long long));
