@@ -105,16 +105,21 @@ static inline uint16_t nvfp4_float_to_half_bits(float f) {
  * (integers in [-12, 12]), codes 0..3 in lo, 4..7 in hi, byte i = code i.
  * Two byte-permutes look up the positive and the negated magnitude of each
  * code; a third picks one of the two per byte by the code's sign bit. 11
- * integer instructions per 8 codes, no table in memory. */
-__device__ __forceinline__ void nvfp4_e2m1x8_to_s8x8(uint32_t w, uint32_t &lo, uint32_t &hi) {
-  const uint32_t POS_03 = 0x03020100u, POS_47 = 0x0C080604u; /* 2*{0,.5,1,1.5}, 2*{2,3,4,6} */
-  const uint32_t NEG_03 = 0xFDFEFF00u, NEG_47 = 0xF4F8FAFCu; /* the same negated          */
-  uint32_t idx = w & 0x77777777u;                             /* magnitude index per code  */
-  uint32_t sel = ((w >> 1) & 0x44444444u) | 0x32103210u;      /* byte i, +4 when negative  */
-  lo = __byte_perm(__byte_perm(POS_03, POS_47, idx), __byte_perm(NEG_03, NEG_47, idx), sel);
+ * integer instructions per 8 codes, no table in memory. A hot loop passes the
+ * four tables (NVFP4_E2M1_S8_TABLES) as values read from shared memory, as
+ * mag_03 below. */
+#define NVFP4_E2M1_S8_TABLES {0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu}
+__device__ __forceinline__ void nvfp4_e2m1x8_to_s8x8(uint32_t w, uint32_t &lo, uint32_t &hi,
+                                                     uint32_t pos_03 = 0x03020100u, /* 2*{0,.5,1,1.5} */
+                                                     uint32_t pos_47 = 0x0C080604u, /* 2*{2,3,4,6}    */
+                                                     uint32_t neg_03 = 0xFDFEFF00u, /* the same negated */
+                                                     uint32_t neg_47 = 0xF4F8FAFCu) {
+  uint32_t idx = w & 0x77777777u;                        /* magnitude index per code  */
+  uint32_t sel = ((w >> 1) & 0x44444444u) | 0x32103210u; /* byte i, +4 when negative  */
+  lo = __byte_perm(__byte_perm(pos_03, pos_47, idx), __byte_perm(neg_03, neg_47, idx), sel);
   idx >>= 16;
   sel >>= 16;
-  hi = __byte_perm(__byte_perm(POS_03, POS_47, idx), __byte_perm(NEG_03, NEG_47, idx), sel);
+  hi = __byte_perm(__byte_perm(pos_03, pos_47, idx), __byte_perm(neg_03, neg_47, idx), sel);
 }
 
 /* 8 e2m1 codes (code i at bits 4i..4i+3 of w) split by sign, as int8 holding

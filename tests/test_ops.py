@@ -71,6 +71,25 @@ def test_gemv_long_rows_many_batches(device, gen, layouts, L, m, k):
     assert_matches(out, ref_gemv(a, b), f"gemv L={L} M={m} K={k} layouts={layouts} on {device}")
 
 
+# (L, M, N, K) with M or N <= 4: the GEMV kernel with that many vectors (csrc/cuda/dispatch.cu;
+# M <= 4 with the roles swapped), 2, 4 and 8 lanes per row (K = 64, 128, >= 256), odd counts
+# of rows, batches, N = 1; the last: 4 vectors of K = 65536 do not fit in shared memory, so
+# another kernel takes it.
+FEW_ROWS = [(None, 2, 7, 64), (3, 3, 129, 128), (None, 4, 300, 1024), (2, 2, 1, 512), (None, 4, 513, 16384),
+            (2, 129, 3, 256), (None, 300, 2, 2048), (None, 1000, 4, 128), (3, 4, 4, 192), (None, 4, 33, 65536)]
+
+
+@pytest.mark.parametrize("layouts", [("linear", "linear"), ("blocked", "blocked"), ("linear", "blocked")])
+@pytest.mark.parametrize("L,m,n,k", FEW_ROWS)
+def test_gemm_few_rows(device, gen, layouts, L, m, n, k):
+    """Outputs in a view with padded rows: vector j's results are a row (swapped) or a column apart."""
+    a, b = gemm_problem(L, m, n, k, gen, device, layouts)
+    big = poisoned((*([L] if L else []), m, n + 3), device)
+    nk.gemm(a.data, b.data, a.sf, b.sf, out=big[..., :n])
+    assert_matches(big[..., :n], ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={layouts} on {device}")
+    assert torch.isnan(big[..., n:]).all(), "gemm wrote outside its out view"
+
+
 @pytest.mark.parametrize("L", [None, 2])
 @pytest.mark.parametrize("k", (16, 1040))
 @pytest.mark.parametrize("n", ODD)

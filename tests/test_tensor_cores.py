@@ -56,8 +56,8 @@ def test_gemm(device, gen, L, m, n, k):
     lay = layouts_for(m, n, k)
     a, b = gemm_problem(L, m, n, k, gen, device, lay)
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    # M = 1 runs as a GEMV with the roles swapped (csrc/cuda/dispatch.cu)
-    run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out), "gemv_kernel" if m == 1 else "matmul_sm90_kernel")
+    # M <= 4 runs as a GEMV with the roles swapped (csrc/cuda/dispatch.cu)
+    run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out), "gemv_kernel" if m <= 4 else "matmul_sm90_kernel")
     assert_matches(out, ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 
 
@@ -114,13 +114,23 @@ def test_fallbacks_on_hopper(gen):
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
-@pytest.mark.parametrize("m,tile", [(2, 32), (32, 32), (33, 64), (64, 64), (65, 128)])
+@pytest.mark.parametrize("m,tile", [(5, 32), (32, 32), (33, 64), (64, 64), (65, 128)])
 def test_activation_tile(gen, m, tile):
     """The tensor-core kernel takes the smallest activation tile that holds M."""
     a, b = gemm_problem(None, m, 256, 1024, gen, "cuda")
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
     assert any(re.search(rf"matmul_sm90_kernel<false, {tile}, false>", n) for n in names), names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} on cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("m,n,gemv", [(2, 300, True), (3, 129, True), (4, 1024, True), (200, 4, True), (5, 300, False)])
+def test_few_rows_take_the_gemv(gen, m, n, gemv):
+    """A gemm with M or N of 4 at most streams the other operand through the GEMV kernel."""
+    a, b = gemm_problem(None, m, n, 1024, gen, "cuda", ("blocked", "linear"))
+    out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
+    assert any("gemv_kernel" in n for n in names) == gemv, names
+    assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")

@@ -2,8 +2,8 @@
  * dispatch.cu - the C entry of the CUDA kernels: picks a kernel per problem
  * (device, shape, alignment) and launches it on the caller's stream.
  *
- *   N == 1, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
- *   M == 1, aligned, not dual          -> gemv.cu with the roles swapped
+ *   N <= 4, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
+ *   M <= 4, aligned, not dual          -> gemv.cu with the roles swapped
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
@@ -13,7 +13,7 @@
 #include "common.cuh"
 
 bool gemv_supported(const nvfp4_matmul &p);
-cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream);
+cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 bool matmul_sm90_supported(const nvfp4_matmul &p);
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
@@ -21,14 +21,17 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_wo
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
-/* M == 1 (not dual) is a GEMV with the roles swapped: B's N rows against A's
- * one row, c[l, 0, n] as the GEMV's c[l, n]. The bandwidth kernel streams B,
- * where the tensor-core tile would decode a 128-row activation tile for one
- * row. Same products, fp32 sums in another order. */
+/* M <= 4 (not dual) is a GEMV with the roles swapped: B's N rows against A's
+ * M rows as vectors, c[l, m, n] as the GEMV's result n of vector m (row
+ * stride 1, vector stride c_row_stride: gemv_launch). The bandwidth kernel
+ * streams B once for all M rows, where the tensor-core tile would decode a
+ * 32-row activation tile and spend ~0.6 us per 256 x 64 step on the weights'
+ * fp16 decode (PERF.md, sessions 4 and 13). Same products, fp32 sums in
+ * another order. */
 static bool as_gemv(const nvfp4_matmul &p, nvfp4_matmul &q) {
-  if (p.m != 1 || p.b2.data) return false;
+  if (p.m > 4 || p.b2.data) return false;
   q = p;
-  q.m = p.n, q.n = 1;
+  q.m = p.n, q.n = p.m;
   q.a = p.b, q.b = p.a;
   q.c_row_stride = 1;
   return gemv_supported(q);
@@ -66,8 +69,8 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
     const nvfp4_matmul &p = problems[0];
     if (empty(p)) return NVFP4_OK;
     nvfp4_matmul q;
-    if (gemv_supported(p)) err = gemv_launch(p, stream);
-    else if (as_gemv(p, q)) err = gemv_launch(q, stream);
+    if (gemv_supported(p)) err = gemv_launch(p, 1, stream);
+    else if (as_gemv(p, q)) err = gemv_launch(q, p.c_row_stride, stream);
     else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, workspace, ctx, stream);
     else err = matmul_simt_launch(&p, 1, stream);
   } else {

@@ -28,9 +28,26 @@
  * LPR divides K/32, so a row is whole steps and the copy path has no bounds
  * checks.
  *
- * Fast-path preconditions (else the SIMT kernel runs): N == 1, K % 64 == 0,
- * A rows and b 16-byte aligned, A's scales 4-byte aligned (either layout), and
- * the shared memory (K * 1.25 bytes + the rings) within the device's limit.
+ * Several vectors (NV = N = 2..4; a gemm of M <= 4 rows with the roles
+ * swapped, csrc/cuda/dispatch.cu). The floor is the same bytes of A; the
+ * vectors' arithmetic grows with NV. Each A chunk is decoded once to int8
+ * (nvfp4_e2m1x8_to_s8x8, 11 instructions per 8 codes, tables from shared
+ * memory) and dotted with each vector: 8 dp4a, 2 subtractions, 2 scale
+ * products and 2 FMA per 32 codes and vector, where the split decode of
+ * NV = 1 would need 16 dp4a. SASS per item (32 codes per lane; the loop of
+ * 6 items and their rarely taken row ends, / 6): NV = 1 ~150, NV = 4 ~300.
+ * At 4.24 TB/s each scheduler has ~110 issue slots per warp item (an SM
+ * takes ~37 codes per cycle), so from NV = 2 on the kernel is issue-bound
+ * below the DRAM rate (measured: NV = 2 0.49, NV = 4 0.39 of SOL at 7168 x
+ * 16384, against 0.33 for the tensor-core path). At most 8 lanes per row
+ * (launch_vectors); CTAs of
+ * 512 threads (Cfg), registers capped at 128 by the launch bounds (without a
+ * minimum ptxas spilled NV = 4 of 256 threads at 80 registers).
+ *
+ * Fast-path preconditions (else another kernel runs): N <= 4, K % 64 == 0,
+ * A rows and b rows 16-byte aligned, A's scales 4-byte aligned (either
+ * layout), and the shared memory (N * K * 1.25 bytes + the rings) within the
+ * device's limit.
  */
 #include <algorithm>
 
@@ -41,18 +58,43 @@ namespace {
 #ifndef NVFP4_GEMV_STAGES  // experiment knob (NVFP4_NVCC_FLAGS, docs/PERF.md): 3, 6, 12 measured alike
 #define NVFP4_GEMV_STAGES 6
 #endif
-constexpr int THREADS = 256, WARPS = THREADS / 32, STAGES = NVFP4_GEMV_STAGES;
+/* Several vectors: CTAs of 512 threads, 6 stages. One CTA per SM then holds
+ * the vectors (4 x 16384: 80 KB) once and decodes them with twice the
+ * threads. H200, gemm 7168 x 16384, M = 2 / 3 / 4: 31.6 / 35.4 / 39.8 us,
+ * against 34.7 / 38.9 / 44.5 with 256 threads (2 or 3 CTAs per SM); 8 stages
+ * alike, 10 and 12 slower (docs/PERF.md, session 13). */
+#ifndef NVFP4_GEMV_NV_THREADS  // experiment knobs (NVFP4_NVCC_FLAGS)
+#define NVFP4_GEMV_NV_THREADS 512
+#endif
+#ifndef NVFP4_GEMV_NV_STAGES
+#define NVFP4_GEMV_NV_STAGES 6
+#endif
+constexpr int THREADS_1 = 256, WARPS_1 = THREADS_1 / 32, STAGES_1 = NVFP4_GEMV_STAGES;  /* NV = 1 */
 
-/* Shared-memory plan of one CTA. */
+/* CTA size and ring depth of a kernel of NV vectors. */
+template <int NV>
+struct Cfg {
+  static constexpr int THREADS = NV == 1 ? THREADS_1 : NVFP4_GEMV_NV_THREADS;
+  static constexpr int WARPS = THREADS / 32;
+  static constexpr int STAGES = NV == 1 ? STAGES_1 : NVFP4_GEMV_NV_STAGES;
+  static constexpr int MIN_CTAS = NV == 1 ? 0 : 512 / THREADS; /* launch bounds: <= 128 registers */
+};
+
+/* Vectors per launch: N (the gemm's columns) of 1 to GEMV_MAX_NV. */
+constexpr int GEMV_MAX_NV = 4;
+
+/* Shared-memory plan of one CTA of NV vectors. */
+template <int NV>
 struct GemvSmem {
+  static constexpr int64_t nv = NV, THREADS = Cfg<NV>::THREADS, STAGES = Cfg<NV>::STAGES;
   int64_t b8, sb, ring_a, ring_s, table, total;
   __host__ __device__ explicit GemvSmem(int64_t k) {
-    b8 = 0;                              // int8 2*b, [step][2 halves][LPR lanes] x 16 bytes
-    sb = b8 + k;                         // b's scales / 4, [step][LPR lanes] x float2
-    ring_a = sb + (k / 32) * 8;          // [STAGES][THREADS] 16-byte chunks of A
+    b8 = 0;                              // int8 2*b, [vector][step][2 halves][LPR lanes] x 16 bytes
+    sb = b8 + nv * k;                    // b's scales / 4, [vector][step][LPR lanes] x float2
+    ring_a = sb + nv * (k / 32) * 8;     // [STAGES][THREADS] 16-byte chunks of A
     ring_s = ring_a + STAGES * THREADS * 16;  // [STAGES][THREADS] 4 scale bytes
-    table = ring_s + STAGES * THREADS * 4;
-    total = table + 16;
+    table = ring_s + STAGES * THREADS * 4;    // the 4 decode tables, 4 copies each
+    total = table + 64;
   }
 };
 
@@ -84,6 +126,19 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint4 b, uint32_t
   return pos - neg;
 }
 
+/* sum over 16 codes of 2a * 2b, a as int8 (nvfp4_e2m1x8_to_s8x8: lo0, hi0 of
+ * its first 8 codes, lo1, hi1 of the next 8), plus 0x4B400000: the int32 is
+ * the bits of the float 12582912 + sum (|sum| <= 16 * 144 < 2^22), so the
+ * conversion is one subtraction on the FMA pipe instead of an I2F (a quarter-
+ * rate conversion on Hopper). */
+__device__ __forceinline__ float dot16_s8(uint32_t lo0, uint32_t hi0, uint32_t lo1, uint32_t hi1, uint4 b) {
+  int d = __dp4a((int)lo0, (int)b.x, 0x4B400000);
+  d = __dp4a((int)hi0, (int)b.y, d);
+  d = __dp4a((int)lo1, (int)b.z, d);
+  d = __dp4a((int)hi1, (int)b.w, d);
+  return __int_as_float(d) - 12582912.0f;
+}
+
 /* How a batch's row sets are dealt (host side, launch): set_stride = C * WARPS
  * for C CTAs per batch; every warp gets row_sets = sets / set_stride of them,
  * the first extra = sets % set_stride warps (in dealing order) one more. */
@@ -91,18 +146,24 @@ struct GemvDeal {
   int set_stride, row_sets, extra;
 };
 
-template <int SFA_LAYOUT, int LPR>
-__global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base,
-                                                       const GemvDeal deal) {
+/* NV vectors (p.n = NV): b's rows 0 .. NV-1, result j of row r at
+ * c + r * c_row_stride + j * c_vec_stride. NV = 1 is the GEMV proper; 2 to 4
+ * serve a gemm of that few rows (csrc/cuda/dispatch.cu), each A chunk decoded
+ * once to int8 (11 instructions per 8 codes) and dotted with every vector. */
+template <int SFA_LAYOUT, int LPR, int NV>
+__global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
+    gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
+  constexpr int THREADS = Cfg<NV>::THREADS, STAGES = Cfg<NV>::STAGES;
   constexpr int SPAN = LPR;            // chunks of a row per step: one per lane
   extern __shared__ __align__(16) uint8_t smem[];
-  const GemvSmem plan(p.k);
+  const GemvSmem<NV> plan(p.k);
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
   const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / LPR, q = lane % LPR;
   const int64_t l = l_base + blockIdx.y;
   const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
+  const int vb = 2 * chunks, vs = chunks;  // uint4 / float2 between two vectors' planes
   // Row sets dealt CTA by CTA: warp w of CTA x (of C) takes set w * C + x, then
   // every 8C (contiguous runs of rows per warp measured no faster), so every
   // CTA gets its share to within one set per warp (see launch). Warps past the
@@ -154,22 +215,27 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   // whole vector (H200 trace, 4096 x 7168 L8: the vector was decoded 3.8 us
   // after entry, median, and up to 8.7 us, against 1.1 us for the copies'
   // issue; 2.1 us with the loads first).
-  const uint8_t *b_row = p.b.data + l * p.b.batch_stride;
-  const uint8_t *sfb_row = p.b.sf + l * p.b.sf_batch_stride;
+  // Chunks of all NV vectors are numbered f = j * chunks + c (vector j, chunk c).
+  const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
+  const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
   struct BChunk {
     uint4 v;
     uint32_t s0, s1;
   };
-  auto load_b = [&](int c) {
-    return BChunk{*reinterpret_cast<const uint4 *>(b_row + 16 * c),
-                  sfb_row[nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, 0, 2 * c)],
-                  sfb_row[nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, 0, 2 * c + 1)]};
+  auto load_b = [&](int j, int c) {
+    const uint8_t *sf = sfb_batch + nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 0);
+    return BChunk{*reinterpret_cast<const uint4 *>(b_batch + j * p.b.row_stride + 16 * c),
+                  sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c)],
+                  sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c + 1)]};
   };
+  const int b_chunks = NV * chunks;
   constexpr int EARLY = 2;
   BChunk early_b[EARLY] = {};
 #pragma unroll
-  for (int i = 0; i < EARLY; i++)
-    if (tid + i * THREADS < chunks) early_b[i] = load_b(tid + i * THREADS);
+  for (int i = 0; i < EARLY; i++) {
+    const int f = tid + i * THREADS, j = NV == 1 ? 0 : f / chunks;
+    if (f < b_chunks) early_b[i] = load_b(j, f - j * chunks);
+  }
   NVFP4_TRACE_POINT(tid == 0, 7);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
@@ -183,23 +249,32 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
   {
     uint4 *b8w = reinterpret_cast<uint4 *>(smem + plan.b8);
     float2 *sbw = reinterpret_cast<float2 *>(smem + plan.sb);
-    auto store_b = [&](int c, const BChunk &b) {
-      // chunk c belongs to (step st, lane qq): see the plan above
+    auto store_b = [&](int f, const BChunk &b) {
+      // chunk c of vector j belongs to (step st, lane qq) of plane j: see the plan above
+      const int j = NV == 1 ? 0 : f / chunks, c = f - j * chunks;
       const int qq = c % LPR, st = c / SPAN;
       uint4 lo, hi;
       nvfp4_e2m1x8_to_s8x8(b.v.x, lo.x, lo.y);
       nvfp4_e2m1x8_to_s8x8(b.v.y, lo.z, lo.w);
       nvfp4_e2m1x8_to_s8x8(b.v.z, hi.x, hi.y);
       nvfp4_e2m1x8_to_s8x8(b.v.w, hi.z, hi.w);
-      b8w[(st * 2) * LPR + qq] = lo;
-      b8w[(st * 2 + 1) * LPR + qq] = hi;
-      sbw[st * LPR + qq] = make_float2(0.25f * nvfp4_e4m3_to_float(b.s0), 0.25f * nvfp4_e4m3_to_float(b.s1));
+      b8w[j * vb + (st * 2) * LPR + qq] = lo;
+      b8w[j * vb + (st * 2 + 1) * LPR + qq] = hi;
+      sbw[j * vs + st * LPR + qq] =
+          make_float2(0.25f * nvfp4_e4m3_to_float(b.s0), 0.25f * nvfp4_e4m3_to_float(b.s1));
     };
 #pragma unroll
     for (int i = 0; i < EARLY; i++)
-      if (tid + i * THREADS < chunks) store_b(tid + i * THREADS, early_b[i]);
-    for (int c = tid + EARLY * THREADS; c < chunks; c += THREADS) store_b(c, load_b(c));
-    if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
+      if (tid + i * THREADS < b_chunks) store_b(tid + i * THREADS, early_b[i]);
+    for (int f = tid + EARLY * THREADS; f < b_chunks; f += THREADS) {
+      const int j = NV == 1 ? 0 : f / chunks;
+      store_b(f, load_b(j, f - j * chunks));
+    }
+    if (tid < 16) {  // table i at words 4i .. 4i + 3 (table 0 is NVFP4_E2M1_MAG_03)
+      constexpr uint32_t t[4] = NVFP4_E2M1_S8_TABLES;
+      static_assert(t[0] == NVFP4_E2M1_MAG_03, "the split's table is the first");
+      reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = tid < 4 ? t[0] : tid < 8 ? t[1] : tid < 12 ? t[2] : t[3];
+    }
   }
 
   __syncthreads();  // the vector and the table are in shared memory
@@ -207,10 +282,14 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
 
   // Read at a lane-dependent address: a uniform value would live in a uniform
   // register and be copied out before every prmt (numerics.h).
-  const uint32_t mag = reinterpret_cast<volatile uint32_t *>(smem + plan.table)[lane & 3];
+  const volatile uint32_t *table = reinterpret_cast<volatile uint32_t *>(smem + plan.table);
+  const uint32_t mag = table[lane & 3];
+  uint32_t s8_tab[4];  // NV > 1: nvfp4_e2m1x8_to_s8x8's tables
+#pragma unroll
+  for (int i = 0; i < 4; i++) s8_tab[i] = NV == 1 ? 0u : table[4 * i + (lane & 3)];
   const float alpha = problem_alpha(p);
   uint16_t *c_batch = p.c + l * p.c_batch_stride;
-  float acc = 0.f;
+  float acc[NV] = {};
   const uint8_t *const a_dst = smem + plan.ring_a + tid * 16;
   int step = 0, set = set_first;
   int64_t row = Sets::row(set, g);
@@ -227,11 +306,27 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
       // the chunk's scale columns 2c, 2c+1 are the half of the word picked by c's parity
       const uint32_t two = sw >> (16 * ((step * LPR + q) & 1));
       const float2 sa = nvfp4_e4m3x2_to_float2(two & 0xFFFFu);
-      const float2 sbc = *sb_step;
-      const int s0 = dot16(av.x, av.y, b_step[0], mag);
-      const int s1 = dot16(av.z, av.w, b_step[LPR], mag);
-      acc = fmaf((float)s0, sa.x * sbc.x, acc);
-      acc = fmaf((float)s1, sa.y * sbc.y, acc);
+      if constexpr (NV == 1) {
+        const float2 sbc = *sb_step;
+        const int s0 = dot16(av.x, av.y, b_step[0], mag);
+        const int s1 = dot16(av.z, av.w, b_step[LPR], mag);
+        acc[0] = fmaf((float)s0, sa.x * sbc.x, acc[0]);
+        acc[0] = fmaf((float)s1, sa.y * sbc.y, acc[0]);
+      } else {
+        uint32_t lo[4], hi[4];
+        nvfp4_e2m1x8_to_s8x8(av.x, lo[0], hi[0], s8_tab[0], s8_tab[1], s8_tab[2], s8_tab[3]);
+        nvfp4_e2m1x8_to_s8x8(av.y, lo[1], hi[1], s8_tab[0], s8_tab[1], s8_tab[2], s8_tab[3]);
+        nvfp4_e2m1x8_to_s8x8(av.z, lo[2], hi[2], s8_tab[0], s8_tab[1], s8_tab[2], s8_tab[3]);
+        nvfp4_e2m1x8_to_s8x8(av.w, lo[3], hi[3], s8_tab[0], s8_tab[1], s8_tab[2], s8_tab[3]);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+          const float2 sbc = sb_step[j * vs];
+          const float s0 = dot16_s8(lo[0], hi[0], lo[1], hi[1], b_step[j * vb]);
+          const float s1 = dot16_s8(lo[2], hi[2], lo[3], hi[3], b_step[j * vb + LPR]);
+          acc[j] = fmaf(s0, sa.x * sbc.x, acc[j]);
+          acc[j] = fmaf(s1, sa.y * sbc.y, acc[j]);
+        }
+      }
     }
     // Refill (item it + STAGES - 1 goes to the stage just before this one) after
     // this item's shared-memory reads were consumed above.
@@ -242,9 +337,13 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(const __grid_constant__ n
       step = 0;
       b_step = b8 + q, sb_step = sb + q;
 #pragma unroll
-      for (int off = LPR / 2; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-      if (q == 0 && row < p.m) store_half(c_batch + row * p.c_row_stride, acc * alpha);
-      acc = 0.f;
+      for (int j = 0; j < NV; j++) {
+#pragma unroll
+        for (int off = LPR / 2; off; off >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+        // every lane of the row holds the sums; lane j % LPR stores vector j's
+        if (q == j % LPR && row < p.m) store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, acc[j] * alpha);
+        acc[j] = 0.f;
+      }
       set += deal.set_stride;
       row = Sets::row(set, g);
     }
@@ -270,10 +369,11 @@ struct LaunchCache {
   int per_sm[64] = {};
 };
 
-template <int SFA, int LPR>
-cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
-  auto kernel = gemv_kernel<SFA, LPR>;
-  const int64_t smem_bytes = GemvSmem(p.k).total;
+template <int SFA, int LPR, int NV>
+cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  auto kernel = gemv_kernel<SFA, LPR, NV>;
+  constexpr int THREADS = Cfg<NV>::THREADS, WARPS = Cfg<NV>::WARPS;
+  const int64_t smem_bytes = GemvSmem<NV>(p.k).total;
   static LaunchCache cache;
   const DeviceInfo &dev = device_info();
   const int device = dev.id, sms = dev.sms;
@@ -296,7 +396,12 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
   // -> 26.4).
   const int64_t sets = RowSets<SFA, LPR>::count(p.m);
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
-  const int64_t ctas = 2 * sets >= WARPS * max_ctas ? max_ctas : std::max<int64_t>(1, (sets + WARPS - 1) / WARPS);
+  // Several vectors: every CTA decodes all of them first, so a CTA per SM
+  // with at least one set, whatever the warps left idle (4096 x 7168, 1024
+  // sets: 132 CTAs of 512 threads, not 64 full ones).
+  const int64_t ctas = NV > 1 ? std::max<int64_t>(1, std::min(max_ctas, sets))
+                       : 2 * sets >= WARPS * max_ctas ? max_ctas
+                                                      : std::max<int64_t>(1, (sets + WARPS - 1) / WARPS);
   GemvDeal deal;
   deal.set_stride = (int)(ctas * WARPS);
   deal.row_sets = (int)(sets / deal.set_stride);
@@ -313,7 +418,7 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
     cfg.stream = stream;
     cfg.attrs = &attr;
     cfg.numAttrs = dev.major >= 9 ? 1 : 0;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
     if (e != cudaSuccess) return e;
   }
   return cudaGetLastError();
@@ -336,14 +441,35 @@ cudaError_t launch(const nvfp4_matmul &p, cudaStream_t stream) {
  * One chunk per lane per step. Two adjacent chunks per lane measured slower
  * on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte copy instruction
  * then touches half of every 32-byte sector, doubling the L2 requests. */
+template <int SFA, int NV>
+cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  switch ((p.k / 32) % 8 == 0 ? 8 : (p.k / 32) % 4 == 0 ? 4 : 2) {
+    case 8: return launch<SFA, 8, NV>(p, c_vec_stride, stream);
+    case 4: return launch<SFA, 4, NV>(p, c_vec_stride, stream);
+    default: return launch<SFA, 2, NV>(p, c_vec_stride, stream);
+  }
+}
+
 template <int SFA>
-cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
+cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  /* Several vectors: at most 8 lanes per row. Lanes of a warp that share a
+   * chunk column read the same vector words (a broadcast), so 4 rows per warp
+   * read each vector's 48 bytes per step in 3 shared-memory wavefronts where 32
+   * lanes of one row need 10; with 4 vectors that would be ~40 wavefronts per
+   * 512 bytes of A, more than the SM can serve at the DRAM rate. */
+  switch (p.n) {
+    case 2: return launch_vectors<SFA, 2>(p, c_vec_stride, stream);
+    case 3: return launch_vectors<SFA, 3>(p, c_vec_stride, stream);
+    case 4: return launch_vectors<SFA, 4>(p, c_vec_stride, stream);
+    default: break;
+  }
+  static_assert(GEMV_MAX_NV == 4, "one case per vector count");
   const int64_t chunks = p.k / 32;
   if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
-      2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS * device_info().sms)
-    return launch<SFA, 8>(p, stream);
+      2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS_1 * device_info().sms)
+    return launch<SFA, 8, 1>(p, c_vec_stride, stream);
   // (a full wave: 4 CTAs of 8 warps per SM)
-  const int64_t warps = (int64_t)device_info().sms * 4 * WARPS;
+  const int64_t warps = (int64_t)device_info().sms * 4 * WARPS_1;
   auto sets = [&](int lpr) {  // row sets of the launch at lpr = 32, 16 or 8 lanes per row
     return p.batch * (lpr == 32 ? RowSets<SFA, 32>::count(p.m)
                       : lpr == 16 ? RowSets<SFA, 16>::count(p.m) : RowSets<SFA, 8>::count(p.m));
@@ -353,11 +479,11 @@ cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
   if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
   while (lpr > 8 && chunks / lpr < 6 && sets(lpr / 2) >= warps) lpr /= 2;
   switch (lpr) {
-    case 32: return launch<SFA, 32>(p, stream);
-    case 16: return launch<SFA, 16>(p, stream);
-    case 8: return launch<SFA, 8>(p, stream);
-    case 4: return launch<SFA, 4>(p, stream);
-    default: return launch<SFA, 2>(p, stream);
+    case 32: return launch<SFA, 32, 1>(p, c_vec_stride, stream);
+    case 16: return launch<SFA, 16, 1>(p, c_vec_stride, stream);
+    case 8: return launch<SFA, 8, 1>(p, c_vec_stride, stream);
+    case 4: return launch<SFA, 4, 1>(p, c_vec_stride, stream);
+    default: return launch<SFA, 2, 1>(p, c_vec_stride, stream);
   }
 }
 
@@ -366,16 +492,18 @@ cudaError_t launch_shape(const nvfp4_matmul &p, cudaStream_t stream) {
 NVFP4_TRACE_ATTACH(gemv)
 
 bool gemv_supported(const nvfp4_matmul &p) {
-  if (p.n != 1 || p.b2.data || p.k % 64 || p.k / 32 > INT32_MAX / 64) return false;
+  if (p.n < 1 || p.n > GEMV_MAX_NV || p.b2.data || p.k % 64 || p.k / 32 > INT32_MAX / 64) return false;
   if (!aligned(p.a.data, 16) || p.a.row_stride % 16 || p.a.batch_stride % 16) return false;
-  if (!aligned(p.b.data, 16) || p.b.batch_stride % 16) return false;
+  if (!aligned(p.b.data, 16) || p.b.batch_stride % 16 || (p.n > 1 && p.b.row_stride % 16)) return false;
   if (!aligned(p.a.sf, 4) || p.a.sf_batch_stride % 4 || (p.a.sf_layout == NVFP4_SF_LINEAR && p.a.sf_row_stride % 4))
     return false;
   if (p.m > INT32_MAX / 2) return false;  // row sets counted in 32 bits
-  return GemvSmem(p.k).total <= device_info().smem_optin;
+  const int64_t smem = p.n == 1 ? GemvSmem<1>(p.k).total : p.n == 2 ? GemvSmem<2>(p.k).total
+                       : p.n == 3 ? GemvSmem<3>(p.k).total : GemvSmem<4>(p.k).total;
+  return smem <= device_info().smem_optin;
 }
 
-cudaError_t gemv_launch(const nvfp4_matmul &p, cudaStream_t stream) {
-  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, stream)
-                                          : launch_shape<NVFP4_SF_BLOCKED>(p, stream);
+cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, c_vec_stride, stream)
+                                          : launch_shape<NVFP4_SF_BLOCKED>(p, c_vec_stride, stream);
 }
