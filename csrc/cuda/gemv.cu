@@ -40,9 +40,9 @@
  * takes ~37 codes per cycle), so from NV = 2 on the kernel is issue-bound
  * below the DRAM rate (measured: NV = 2 0.49, NV = 4 0.39 of SOL at 7168 x
  * 16384, against 0.33 for the tensor-core path). At most 8 lanes per row
- * (launch_vectors); CTAs of
- * 512 threads (Cfg), registers capped at 128 by the launch bounds (without a
- * minimum ptxas spilled NV = 4 of 256 threads at 80 registers).
+ * (launch_vectors); CTAs of 512 threads (Cfg), registers capped at 128 by
+ * the launch bounds (without a minimum ptxas spilled NV = 4 of 256 threads
+ * at 80 registers).
  *
  * Fast-path preconditions (else another kernel runs): N <= 4, K % 64 == 0,
  * A rows and b rows 16-byte aligned, A's scales 4-byte aligned (either
