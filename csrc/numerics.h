@@ -101,6 +101,15 @@ static inline uint16_t nvfp4_float_to_half_bits(float f) {
 
 #include "cuda/ptx_sm80.cuh"
 
+/* prmt tables of the e2m1 magnitudes as int8 2*|value|, byte i = index i:
+ * indices 0..3 = 2*{0,.5,1,1.5}, 4..7 = 2*{2,3,4,6}; and the same negated. */
+#define NVFP4_E2M1_MAG_03 0x03020100u
+#define NVFP4_E2M1_MAG_47 0x0C080604u
+#define NVFP4_E2M1_NEG_03 0xFDFEFF00u
+#define NVFP4_E2M1_NEG_47 0xF4F8FAFCu
+/* The four in the order of nvfp4_e2m1x8_to_s8x8's table arguments. */
+#define NVFP4_E2M1_S8_TABLES {NVFP4_E2M1_MAG_03, NVFP4_E2M1_MAG_47, NVFP4_E2M1_NEG_03, NVFP4_E2M1_NEG_47}
+
 /* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 8 int8 holding 2*value
  * (integers in [-12, 12]), codes 0..3 in lo, 4..7 in hi, byte i = code i.
  * Two byte-permutes look up the positive and the negated magnitude of each
@@ -108,12 +117,11 @@ static inline uint16_t nvfp4_float_to_half_bits(float f) {
  * integer instructions per 8 codes, no table in memory. A hot loop passes the
  * four tables (NVFP4_E2M1_S8_TABLES) as values read from shared memory, as
  * mag_03 below. */
-#define NVFP4_E2M1_S8_TABLES {0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu}
 __device__ __forceinline__ void nvfp4_e2m1x8_to_s8x8(uint32_t w, uint32_t &lo, uint32_t &hi,
-                                                     uint32_t pos_03 = 0x03020100u, /* 2*{0,.5,1,1.5} */
-                                                     uint32_t pos_47 = 0x0C080604u, /* 2*{2,3,4,6}    */
-                                                     uint32_t neg_03 = 0xFDFEFF00u, /* the same negated */
-                                                     uint32_t neg_47 = 0xF4F8FAFCu) {
+                                                     uint32_t pos_03 = NVFP4_E2M1_MAG_03,
+                                                     uint32_t pos_47 = NVFP4_E2M1_MAG_47,
+                                                     uint32_t neg_03 = NVFP4_E2M1_NEG_03,
+                                                     uint32_t neg_47 = NVFP4_E2M1_NEG_47) {
   uint32_t idx = w & 0x77777777u;                        /* magnitude index per code  */
   uint32_t sel = ((w >> 1) & 0x44444444u) | 0x32103210u; /* byte i, +4 when negative  */
   lo = __byte_perm(__byte_perm(pos_03, pos_47, idx), __byte_perm(neg_03, neg_47, idx), sel);
@@ -131,8 +139,8 @@ __device__ __forceinline__ void nvfp4_e2m1x8_to_s8x8(uint32_t w, uint32_t &lo, u
  * byte is < 0x80, so those codes read 0. Flipping the sign bits swaps the roles.
  * 7 instructions per 8 codes. */
 __device__ __forceinline__ void nvfp4_e2m1x8_split(uint32_t w, uint32_t &pos_lo, uint32_t &pos_hi, uint32_t &neg_lo,
-                                                   uint32_t &neg_hi, uint32_t mag_03 = 0x03020100u) {
-  const uint32_t MAG_47 = 0x0C080604u; /* mag_03 = 2*{0,.5,1,1.5}, MAG_47 = 2*{2,3,4,6} */
+                                                   uint32_t &neg_hi, uint32_t mag_03 = NVFP4_E2M1_MAG_03) {
+  const uint32_t MAG_47 = NVFP4_E2M1_MAG_47;
   const uint32_t wn = w ^ 0x88888888u;
   pos_lo = prmt(mag_03, MAG_47, w);
   neg_lo = prmt(mag_03, MAG_47, wn);
@@ -145,7 +153,6 @@ __device__ __forceinline__ void nvfp4_e2m1x8_split(uint32_t w, uint32_t &pos_lo,
  * literal, or any value ptxas can prove uniform, it keeps it in a uniform
  * register and copies it out before every prmt (16 extra instructions per 32
  * codes in sm_90a SASS; a shuffle of the literal is folded too). */
-#define NVFP4_E2M1_MAG_03 0x03020100u
 
 /* Two e4m3 bytes (low byte first) -> fp16x2 bits, exact (e4m3 fits in fp16),
  * NaN kept. One cvt on sm_89+; cuda_fp8.h falls back to integer code below. */
