@@ -108,10 +108,10 @@ struct Layout {
   static constexpr int SMEM_BYTES = MAIN_BYTES;
 };
 
+#if NVFP4_SM90A
 /* Byte offset of 16-byte chunk j (0, 1) of raw row r in a stage (Layout). */
 __host__ __device__ constexpr int raw_chunk(int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); }
 
-#if NVFP4_SM90A
 /* The copies of one raw stage (K step) that thread i (0..127) of the copying
  * warpgroup issues: of the A and B tiles (thread pairs share a row: lane
  * 2i + h copies chunk h of row i, so one copy instruction covers 16 whole
