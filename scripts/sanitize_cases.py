@@ -42,11 +42,17 @@ def main():
                              [b.sf for _, b in group])
         for (a, b), out in zip(group, outs):
             bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
-    # M or N <= 4: the GEMV kernel with 3 vectors (roles swapped, 8 lanes per row) and with 2 (4 lanes)
+    # M or N <= 4: the GEMV kernel with 3 vectors (roles swapped, 8 lanes per row) and with 2 (4 lanes);
+    # the dual of M = 3 and 2: the GEMV's dual (B1 and B2 rows in one warp), 8 and 4 lanes per row
     for m, n, k in [(3, 300, 512), (129, 2, 128)]:
         a = random_operand(2, m, k, gen=gen, device=dev, layout="blocked")
         b = random_operand(2, n, k, gen=gen, device=dev, layout="linear")
         bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+    for m, n, k in [(3, 300, 512), (2, 129, 128)]:
+        a = random_operand(2, m, k, gen=gen, device=dev, layout="linear")
+        b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
+        bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                         reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
     # Stream-K (csrc/cuda/matmul_sm90.cu): 96 whole 128-row tiles of 68 K steps; on a 132-SM Hopper the plan
     # deals their K steps to 132 CTAs that hand partials over through the workspace
     a = random_operand(None, 256, 4352, gen=gen, device=dev, layout="blocked")

@@ -90,6 +90,29 @@ def test_gemm_few_rows(device, gen, layouts, L, m, n, k):
     assert torch.isnan(big[..., n:]).all(), "gemm wrote outside its out view"
 
 
+# (L, M, N, K) of a dual gemm with M <= 4: on a GPU the GEMV kernel with M vectors and B2's rows on
+# the other half of each warp (csrc/cuda/gemv.cu, DUAL): 2, 4 and 8 lanes per row (K = 64, 128, >= 256),
+# rows that do not fill a row set or a 128-row scale atom, batches, N = 1; the last does not fit in
+# shared memory (the tensor cores take it).
+FEW_ROWS_DUAL = [(None, 1, 7, 64), (3, 3, 129, 128), (None, 4, 300, 1024), (2, 2, 1, 512), (None, 1, 2000, 4096),
+                 (None, 4, 513, 16384), (2, 1, 130, 2048), (None, 3, 33, 65536)]
+
+
+# layouts of A, B1, B2: the last pair's B1 and B2 differ, which the GEMV does not take
+@pytest.mark.parametrize("layouts", [("linear",) * 3, ("blocked",) * 3, ("linear", "blocked", "blocked"),
+                                     ("blocked", "linear", "blocked")])
+@pytest.mark.parametrize("L,m,n,k", FEW_ROWS_DUAL)
+def test_dual_gemm_few_rows(device, gen, layouts, L, m, n, k):
+    """Outputs in a view with padded rows."""
+    a, b1 = gemm_problem(L, m, n, k, gen, device, layouts[:2])
+    b2 = random_operand(L, n, k, gen=gen, device=device, layout=layouts[2])
+    big = poisoned((*([L] if L else []), m, n + 3), device)
+    nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=big[..., :n])
+    ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+    assert_matches(big[..., :n], ref, f"dual_gemm L={L} M={m} N={n} K={k} layouts={layouts} on {device}")
+    assert torch.isnan(big[..., n:]).all(), "dual_gemm wrote outside its out view"
+
+
 @pytest.mark.parametrize("L", [None, 2])
 @pytest.mark.parametrize("k", (16, 1040))
 @pytest.mark.parametrize("n", ODD)

@@ -67,7 +67,9 @@ def test_dual_gemm(device, gen, L, m, n, k):
     a, b1 = gemm_problem(L, m, n, k, gen, device, lay)
     b2 = random_operand(L, n, k, gen=gen, device=device, layout=lay[1])
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    run(device, lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
+    # M <= 4 runs as a GEMV with the roles swapped, B1 and B2 together (csrc/cuda/gemv.cu, DUAL)
+    run(device, lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out),
+        "gemv_kernel" if m <= 4 else "matmul_sm90_kernel")
     ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
     assert_matches(out, ref, f"dual_gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 
@@ -131,6 +133,20 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
     assert any("gemv_kernel" in n for n in names) == gemv, names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("m,n,b2_layout,gemv", [(1, 300, "blocked", True), (4, 129, "blocked", True),
+                                                (5, 300, "blocked", False), (2, 4, "blocked", True),
+                                                (2, 300, "linear", False), (200, 4, "blocked", False)])
+def test_few_rows_dual_take_the_gemv(gen, m, n, b2_layout, gemv):
+    """A dual gemm with M of 4 at most streams B1 and B2 through the GEMV kernel when their scales share
+    a layout; N <= 4 stays on the tensor cores."""
+    a, b1 = gemm_problem(None, m, n, 1024, gen, "cuda", ("linear", "blocked"))
+    b2 = random_operand(None, n, 1024, gen=gen, device="cuda", layout=b2_layout)
+    out, names = launched(lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf))
+    assert any("gemv_kernel" in n for n in names) == gemv, names
+    assert_matches(out, reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf), f"dual M={m} N={n}")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")

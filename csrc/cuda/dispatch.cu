@@ -3,7 +3,7 @@
  * (device, shape, alignment) and launches it on the caller's stream.
  *
  *   N <= 4, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
- *   M <= 4, aligned, not dual          -> gemv.cu with the roles swapped
+ *   M <= 4, aligned (dual too)         -> gemv.cu with the roles swapped
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
@@ -21,15 +21,15 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_wo
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
-/* M <= 4 (not dual) is a GEMV with the roles swapped: B's N rows against A's
- * M rows as vectors, c[l, m, n] as the GEMV's result n of vector m (row
- * stride 1, vector stride c_row_stride: gemv_launch). The bandwidth kernel
- * streams B once for all M rows, where the tensor-core tile would decode a
- * 32-row activation tile and spend ~0.6 us per 256 x 64 step on the weights'
- * fp16 decode (PERF.md, sessions 4 and 13). Same products, fp32 sums in
- * another order. */
+/* M <= 4 is a GEMV with the roles swapped: B's N rows against A's M rows as
+ * vectors, c[l, m, n] as the GEMV's result n of vector m (row stride 1, vector
+ * stride c_row_stride: gemv_launch); a dual's B2 stays q.b2, the GEMV's A2.
+ * The bandwidth kernel streams B once for all M rows, where the tensor-core
+ * tile would decode a 32-row activation tile and spend ~0.6 us per 256 x 64
+ * step on the weights' fp16 decode (PERF.md, sessions 4 and 13). Same
+ * products, fp32 sums in another order. */
 static bool as_gemv(const nvfp4_matmul &p, nvfp4_matmul &q) {
-  if (p.m > 4 || p.b2.data) return false;
+  if (p.m > 4) return false;
   q = p;
   q.m = p.n, q.n = p.m;
   q.a = p.b, q.b = p.a;
@@ -46,7 +46,8 @@ static bool valid(const nvfp4_matmul &p) {
 
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   nvfp4_matmul q;
-  if (gemv_supported(*p) || as_gemv(*p, q)) return "gemv_dp4a";
+  if (!p->b2.data && gemv_supported(*p)) return "gemv_dp4a";
+  if (as_gemv(*p, q)) return p->b2.data ? "gemv_dp4a_dual" : "gemv_dp4a";
   if (matmul_sm90_supported(*p)) return p->b2.data ? "wgmma_dual" : "wgmma";
   return p->b2.data ? "simt_dual" : "simt";
 }
@@ -69,7 +70,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
     const nvfp4_matmul &p = problems[0];
     if (empty(p)) return NVFP4_OK;
     nvfp4_matmul q;
-    if (gemv_supported(p)) err = gemv_launch(p, 1, stream);
+    if (!p.b2.data && gemv_supported(p)) err = gemv_launch(p, 1, stream);
     else if (as_gemv(p, q)) err = gemv_launch(q, p.c_row_stride, stream);
     else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, workspace, ctx, stream);
     else err = matmul_simt_launch(&p, 1, stream);

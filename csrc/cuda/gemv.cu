@@ -44,6 +44,13 @@
  * the launch bounds (without a minimum ptxas spilled NV = 4 of 256 threads
  * at 80 registers).
  *
+ * Dual (DUAL; csrc/cuda/dispatch.cu sends a dual gemm of M <= 4 here with
+ * the roles swapped): a second matrix A2 of A's shape, c = silu(A b) *
+ * (A2 b). Lanes 0-15 of a warp stream rows of A, lanes 16-31 the same rows
+ * of A2, so one shuffle brings a row's two sums together at its end; the
+ * vectors are decoded once for both. Same bytes per product as the GEMV of
+ * 2N rows.
+ *
  * Fast-path preconditions (else another kernel runs): N <= 4, K % 64 == 0,
  * A rows and b rows 16-byte aligned, A's scales 4-byte aligned (either
  * layout), and the shared memory (N * K * 1.25 bytes + the rings) within the
@@ -98,19 +105,27 @@ struct GemvSmem {
   }
 };
 
-/* Row sets. A warp works on RPW rows at once, a "row set". Normally set i is
- * rows RPW i .. RPW i + RPW - 1. With blocked scales and 8 lanes per row the
- * 4 rows of a set are r, r + 32, r + 64, r + 96 of one 128-row atom (set i:
- * atom i / 32, r = i % 32): their 4-byte scale words are one contiguous 16
- * bytes, so a warp's scale copy touches 4 sectors instead of one per lane
- * pair (16 with a whole row per warp). */
-template <int SFA_LAYOUT, int LPR>
+/* Row sets. A warp works on RPW rows at once, a "row set"; dual (DUAL), RPW
+ * rows of A on lanes 0-15 and the same rows of A2 on lanes 16-31. Normally set
+ * i is rows RPW i .. RPW i + RPW - 1. With blocked scales and 4 rows per set
+ * (8 lanes per row; dual: 4) the rows of a set are r, r + 32, r + 64, r + 96
+ * of one 128-row atom (set i: atom i / 32, r = i % 32); dual with 2 rows per
+ * set (8 lanes per row), r + 64h and r + 64h + 32 (set i: atom i / 64,
+ * h = i / 32 % 2). Their 4-byte scale words are contiguous, so a warp's scale
+ * copy touches 4 sectors instead of one per lane pair (16 with a whole row
+ * per warp). */
+template <int SFA_LAYOUT, int LPR, bool DUAL = false>
 struct RowSets {
-  static constexpr int RPW = 32 / LPR;
-  static constexpr bool QUADS = SFA_LAYOUT == NVFP4_SF_BLOCKED && RPW == 4;
-  __host__ __device__ static int64_t count(int64_t m) { return QUADS ? (m + 127) / 128 * 32 : (m + RPW - 1) / RPW; }
+  static constexpr int RPW = 32 / LPR / (DUAL ? 2 : 1);
+  static constexpr bool ATOM = SFA_LAYOUT == NVFP4_SF_BLOCKED && (RPW == 4 || (DUAL && RPW == 2));
+  static constexpr int SPA_SHIFT = RPW == 4 ? 5 : 6;  // log2 of the sets per atom (128 / RPW)
+  __host__ __device__ static int64_t count(int64_t m) {
+    return ATOM ? (m + 127) / 128 << SPA_SHIFT : (m + RPW - 1) / RPW;
+  }
   __host__ __device__ static int64_t row(int64_t set, int g) {
-    return QUADS ? (set >> 5) * 128 + (set & 31) + 32 * g : set * RPW + g;
+    if (!ATOM) return set * RPW + g;
+    if (RPW == 4) return (set >> 5) * 128 + (set & 31) + 32 * g;
+    return (set >> 6) * 128 + (set & 31) + 32 * (((set >> 5) & 1) * 2 + g);
   }
 };
 
@@ -149,8 +164,10 @@ struct GemvDeal {
 /* NV vectors (p.n = NV): b's rows 0 .. NV-1, result j of row r at
  * c + r * c_row_stride + j * c_vec_stride. NV = 1 is the GEMV proper; 2 to 4
  * serve a gemm of that few rows (csrc/cuda/dispatch.cu), each A chunk decoded
- * once to int8 (11 instructions per 8 codes) and dotted with every vector. */
-template <int SFA_LAYOUT, int LPR, int NV>
+ * once to int8 (11 instructions per 8 codes) and dotted with every vector.
+ * DUAL: A2 = p.b2 (A's shape and scale layout) too, result silu(A b) * (A2 b)
+ * (the dual gemm of that few rows), no alpha. */
+template <int SFA_LAYOUT, int LPR, int NV, bool DUAL>
 __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
     gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
   constexpr int THREADS = Cfg<NV>::THREADS, STAGES = Cfg<NV>::STAGES;
@@ -160,7 +177,10 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
   const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
 
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / LPR, q = lane % LPR;
+  using Sets = RowSets<SFA_LAYOUT, LPR, DUAL>;
+  // g: this lane's row of the set; dual: lanes 16-31 (`second`) stream A2.
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = (DUAL ? lane % 16 : lane) / LPR, q = lane % LPR;
+  const bool second = DUAL && lane >= 16;
   const int64_t l = l_base + blockIdx.y;
   const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
   const int vb = 2 * chunks, vs = chunks;  // uint4 / float2 between two vectors' planes
@@ -172,7 +192,6 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
   const int set_first = warp * (int)gridDim.x + (int)blockIdx.x;
   const int row_sets = deal.row_sets + (set_first < deal.extra ? 1 : 0);
   const int items = row_sets * steps;  // this thread's sequence of (row, step)
-  using Sets = RowSets<SFA_LAYOUT, LPR>;
   NVFP4_TRACE_POINT(tid == 0, 0);
   pdl_wait();  // common.cuh: nothing global is touched before this
   NVFP4_TRACE_POINT(tid == 0, 6);
@@ -182,16 +201,17 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
   // scale columns (lanes q and q^1 copy the same word). Offsets separate by row
   // and column (numerics.h), so cursors move by constants: no division, no
   // 64-bit multiply.
-  const uint8_t *a_batch = p.a.data + l * p.a.batch_stride;
-  const uint8_t *sfa_batch = p.a.sf + l * p.a.sf_batch_stride;
+  const nvfp4_operand &pa = second ? p.b2 : p.a;  // the matrix this thread streams
+  const uint8_t *a_batch = pa.data + l * pa.batch_stride;
+  const uint8_t *sfa_batch = pa.sf + l * pa.sf_batch_stride;
   const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
   int p_step = 0, p_set = set_first;
   int64_t p_row = Sets::row(p_set, g);
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
   auto rebase = [&]() {
     const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
-    p_a = a_batch + row * p.a.row_stride + 16 * q;
-    p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, p.a.sf_row_stride, k_blocks, row, 0) +
+    p_a = a_batch + row * pa.row_stride + 16 * q;
+    p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, pa.sf_row_stride, k_blocks, row, 0) +
            nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, (2 * q) & ~3);
   };
   rebase();
@@ -341,7 +361,13 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
 #pragma unroll
         for (int off = LPR / 2; off; off >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
         // every lane of the row holds the sums; lane j % LPR stores vector j's
-        if (q == j % LPR && row < p.m) store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, acc[j] * alpha);
+        if constexpr (DUAL) {
+          const float up = __shfl_xor_sync(0xffffffffu, acc[j], 16);  // A2's sum of the row, to lanes 0-15
+          if (!second && q == j % LPR && row < p.m)
+            store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, silu(acc[j]) * up);
+        } else if (q == j % LPR && row < p.m) {
+          store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, acc[j] * alpha);
+        }
         acc[j] = 0.f;
       }
       set += deal.set_stride;
@@ -369,9 +395,9 @@ struct LaunchCache {
   int per_sm[64] = {};
 };
 
-template <int SFA, int LPR, int NV>
+template <int SFA, int LPR, int NV, bool DUAL = false>
 cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  auto kernel = gemv_kernel<SFA, LPR, NV>;
+  auto kernel = gemv_kernel<SFA, LPR, NV, DUAL>;
   constexpr int THREADS = Cfg<NV>::THREADS, WARPS = Cfg<NV>::WARPS;
   const int64_t smem_bytes = GemvSmem<NV>(p.k).total;
   static LaunchCache cache;
@@ -394,7 +420,7 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   // one: the extra CTAs' vector decode cost more than the balance gained
   // (1000 x 7168: 7.7 -> 8.4 us; 7168 x 16384 in row quads, 1792 sets: 24.7
   // -> 26.4).
-  const int64_t sets = RowSets<SFA, LPR>::count(p.m);
+  const int64_t sets = RowSets<SFA, LPR, DUAL>::count(p.m);
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
   // Several vectors: every CTA decodes all of them first, so a CTA per SM
   // with at least one set, whatever the warps left idle (4096 x 7168, 1024
@@ -441,12 +467,12 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
  * One chunk per lane per step. Two adjacent chunks per lane measured slower
  * on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte copy instruction
  * then touches half of every 32-byte sector, doubling the L2 requests. */
-template <int SFA, int NV>
+template <int SFA, int NV, bool DUAL = false>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
   switch ((p.k / 32) % 8 == 0 ? 8 : (p.k / 32) % 4 == 0 ? 4 : 2) {
-    case 8: return launch<SFA, 8, NV>(p, c_vec_stride, stream);
-    case 4: return launch<SFA, 4, NV>(p, c_vec_stride, stream);
-    default: return launch<SFA, 2, NV>(p, c_vec_stride, stream);
+    case 8: return launch<SFA, 8, NV, DUAL>(p, c_vec_stride, stream);
+    case 4: return launch<SFA, 4, NV, DUAL>(p, c_vec_stride, stream);
+    default: return launch<SFA, 2, NV, DUAL>(p, c_vec_stride, stream);
   }
 }
 
@@ -456,7 +482,14 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream
    * chunk column read the same vector words (a broadcast), so 4 rows per warp
    * read each vector's 48 bytes per step in 3 shared-memory wavefronts where 32
    * lanes of one row need 10; with 4 vectors that would be ~40 wavefronts per
-   * 512 bytes of A, more than the SM can serve at the DRAM rate. */
+   * 512 bytes of A, more than the SM can serve at the DRAM rate. The dual
+   * takes the same path for any vector count: a warp holds both halves. */
+  if (p.b2.data) switch (p.n) {
+      case 1: return launch_vectors<SFA, 1, true>(p, c_vec_stride, stream);
+      case 2: return launch_vectors<SFA, 2, true>(p, c_vec_stride, stream);
+      case 3: return launch_vectors<SFA, 3, true>(p, c_vec_stride, stream);
+      default: return launch_vectors<SFA, 4, true>(p, c_vec_stride, stream);
+    }
   switch (p.n) {
     case 2: return launch_vectors<SFA, 2>(p, c_vec_stride, stream);
     case 3: return launch_vectors<SFA, 3>(p, c_vec_stride, stream);
@@ -491,12 +524,16 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream
 
 NVFP4_TRACE_ATTACH(gemv)
 
+/* p.b2, when given, is A2 of the dual (gemv_kernel), not a second vector set. */
 bool gemv_supported(const nvfp4_matmul &p) {
-  if (p.n < 1 || p.n > GEMV_MAX_NV || p.b2.data || p.k % 64 || p.k / 32 > INT32_MAX / 64) return false;
-  if (!aligned(p.a.data, 16) || p.a.row_stride % 16 || p.a.batch_stride % 16) return false;
+  if (p.n < 1 || p.n > GEMV_MAX_NV || p.k % 64 || p.k / 32 > INT32_MAX / 64) return false;
+  auto streamable = [&](const nvfp4_operand &a) {  // A or A2: 16-byte rows, 4-byte scale words
+    return aligned(a.data, 16) && a.row_stride % 16 == 0 && a.batch_stride % 16 == 0 && aligned(a.sf, 4) &&
+           a.sf_batch_stride % 4 == 0 && (a.sf_layout != NVFP4_SF_LINEAR || a.sf_row_stride % 4 == 0) &&
+           a.sf_layout == p.a.sf_layout;
+  };
+  if (!streamable(p.a) || (p.b2.data && !streamable(p.b2))) return false;
   if (!aligned(p.b.data, 16) || p.b.batch_stride % 16 || (p.n > 1 && p.b.row_stride % 16)) return false;
-  if (!aligned(p.a.sf, 4) || p.a.sf_batch_stride % 4 || (p.a.sf_layout == NVFP4_SF_LINEAR && p.a.sf_row_stride % 4))
-    return false;
   if (p.m > INT32_MAX / 2) return false;  // row sets counted in 32 bits
   const int64_t smem = p.n == 1 ? GemvSmem<1>(p.k).total : p.n == 2 ? GemvSmem<2>(p.k).total
                        : p.n == 3 ? GemvSmem<3>(p.k).total : GemvSmem<4>(p.k).total;
