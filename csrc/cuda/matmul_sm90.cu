@@ -18,12 +18,11 @@
  *     into a 4-slot ring of fp16 tiles (128-byte swizzle), 128 / TM threads
  *     per row.
  *   warpgroups 1 and 2, consumers (208 registers): 128 weight rows each
- *     (2 x 64 fp32 accumulators of 64 x 128), every K step. They take turns
- *     on the tensor cores (named barriers order their wgmma issue): one
- *     decodes its next fragments while the other's 8 wgmma m64n128k16 run.
- *     Each waits for its own wgmma before decoding again: ptxas serializes
- *     register-sourced wgmma whose next fragments are written while earlier
- *     ones are in flight.
+ *     (2 x 64 fp32 accumulators of 64 x 128), every K step, each issuing
+ *     its 8 wgmma m64n128k16 as soon as its fragments are decoded (no turn
+ *     order between the two: PERF.md, session 14). Each waits for its own
+ *     wgmma before decoding again: ptxas serializes register-sourced wgmma
+ *     whose next fragments are written while earlier ones are in flight.
  * Epilogue: both consumers' sums -> fp32 tile in smem ->
  *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16.
  *
@@ -58,8 +57,7 @@
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
  * 7168x16384 moves 66 MB (15.6 us at 4.24 TB/s) for 1.9 GFLOP. A 128-row
  * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
- * (wgmma m64n32k16 / m64n64k16), with no turns (the wgmma are short) and a
- * deeper raw ring (8 or 10 slots). Then the step (256 weight rows x 64 K) is
+ * (wgmma m64n32k16 / m64n64k16) and a deeper raw ring (8 or 10 slots). Then the step (256 weight rows x 64 K) is
  * bound by the weight decode in the consumers' ALU pipes, ~225 instructions
  * per warp and step, ~146 of them decode: ~0.6 us per step on an H200,
  * ~17 GB/s per SM against the 32 GB/s streaming needs. (Measured not to move
@@ -416,10 +414,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
   } else {
     /* ---- consumers: warpgroup wg takes weight rows 128 wg .. 128 wg + 127
-     * (two halves of 64) over every K step. The two take turns on the tensor
-     * cores (named barriers 2 and 3 order their wgmma issue): one decodes its
-     * next fragments while the other's 8 wgmma run. Warp w, lane (g, tq):
-     * rows 128 wg + 64 hf + 16 w + g (+ 8). */
+     * (two halves of 64) over every K step. Warp w, lane (g, tq): rows
+     * 128 wg + 64 hf + 16 w + g (+ 8). */
     setmaxnreg_inc<CONSUMER_REGS>();
     for (int si = 0; segment(si); si++) {
       segment_start(si);
@@ -429,11 +425,6 @@ __global__ void __launch_bounds__(THREADS, 1)
       float acc[2][TM / 2]; /* [half of the warpgroup's rows][wgmma accumulator] */
 #pragma unroll
       for (int i = 0; i < TM / 2; i++) acc[0][i] = acc[1][i] = 0.f;
-      /* The 128-row tile's warpgroups take turns on the tensor cores (named
-       * barriers 2 and 3 order their wgmma issue): one decodes its next
-       * fragments while the other's 8 wgmma run. The smaller tiles do not: see
-       * "Small M" above. */
-      constexpr bool PING_PONG = TM == 128;
       /* The loop's addresses, all 32-bit shared ones fixed before it: the
        * thread's raw rows r0, r0 + 8, r0 + 64, r0 + 72 are 256 / 2048 / 2304
        * bytes apart in every slot (the chunk swizzle depends on (r / 4) % 2
@@ -444,9 +435,6 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int r00 = wg * 128 + warp * 16 + g;
       const uint32_t b_at = smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1);
       const uint32_t sfb_at = smem_addr + RAW_BASE + RAW_SFB + r00 * 4 + tq;
-      /* turn order: warpgroup 1 issues step j after 0 issued it (barrier 2), 0
-       * issues step j + 1 after 1 issued j (barrier 3) */
-      const int turn_wait = wg ? 2 : 3, turn_arrive = wg ? 3 : 2;
       const uint64_t desc0 = wgmma_desc_sw128(smem_addr);
       int slot = g0 % STAGES; /* SK: where the rings stand after the earlier segments */
       uint32_t full_phase = (g0 / STAGES) & 1, slot_off = slot * STAGE_BYTES;
@@ -486,7 +474,6 @@ __global__ void __launch_bounds__(THREADS, 1)
         /* descriptor address field: (byte address) / 16, + 2 per k16 step */
         const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
         mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
-        if (PING_PONG && (wg || j > 0)) named_barrier_sync(turn_wait, 256);
         wgmma_fence();
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
@@ -494,7 +481,6 @@ __global__ void __launch_bounds__(THREADS, 1)
           for (int s = 0; s < 4; s++) wgmma_rs<TM>(acc[hf], f[hf][s], desc + 2 * s);
         wgmma_commit();
         NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
-        if (PING_PONG && (!wg || j + 1 < steps)) named_barrier_arrive(turn_arrive, 256);
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
       }

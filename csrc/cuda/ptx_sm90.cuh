@@ -109,11 +109,6 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
-/* Arrive at barrier `id` without waiting (the producer side of an ordering). */
-__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
 /* ---- clusters ----------------------------------------------------------- */
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;
