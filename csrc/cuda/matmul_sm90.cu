@@ -12,9 +12,9 @@
  * <= 32, see "Small M" below); K step 64. Dual: weight rows 0-127 are B1's,
  * 128-255 the same rows of B2, so each activation tile feeds both products.
  *   warpgroup 0, producer (88 registers): cp.async of raw fp4 rows and scales
- *     into a 6-slot ring (mbarriers per slot: landed; read by every consumer
- *     warp and producer warp, since a slot's copies and its decode are done
- *     by different threads); decode of the activation rows
+ *     into a 6-slot ring (mbarriers per slot: landed; read by every thread,
+ *     since a slot's copies and its decode are done by different threads);
+ *     decode of the activation rows
  *     into a 4-slot ring of fp16 tiles (128-byte swizzle), 128 / TM threads
  *     per row.
  *   warpgroups 1 and 2, consumers (208 registers): 128 weight rows each
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (tid == 0) {
     for (int i = 0; i < STAGES; i++) {
       mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
-      mbar_init(bar(BAR_EMPTY + i), 8 + 4); /* one per consumer warp and producer warp */
+      mbar_init(bar(BAR_EMPTY + i), THREADS); /* every thread, after its own reads of the slot */
     }
     for (int i = 0; i < NA16; i++) {
       mbar_init(bar(BAR_A16_FULL + i), 128);
@@ -360,10 +360,12 @@ __global__ void __launch_bounds__(THREADS, 1)
           w[0][0] = c.x, w[1][0] = c.y;
         }
         const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
-        /* this warp's reads of the slot are done: its refill (by producer
-         * threads that decode other rows, one step later) waits for every reader */
-        __syncwarp();
-        if ((tid & 31) == 0) mbar_arrive(bar(BAR_EMPTY + slot));
+        /* this thread's reads of the slot are done: its refill (by producer
+         * threads that decode other rows, one step later) waits for every
+         * reader. Every thread arrives: racecheck orders a thread's reads
+         * before another's writes through the thread's own arrival, not
+         * through a __syncwarp and lane 0's (PERF.md, session 14). */
+        mbar_arrive(bar(BAR_EMPTY + slot));
         uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
         if constexpr (BPT == 1) {
           sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
@@ -449,8 +451,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           v[hf][1] = ld_shared_u2(b_at + slot_off + 2048 * hf + 256);
           sb[hf] = ld_shared_u8(sfb_at + slot_off + 256 * hf) | ld_shared_u8(sfb_at + slot_off + 256 * hf + 32) << 8;
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar(BAR_EMPTY + slot));
+        mbar_arrive(bar(BAR_EMPTY + slot)); /* as in the producer */
         if (++slot == STAGES) slot = 0, slot_off = 0, full_phase ^= 1;
         else slot_off += STAGE_BYTES;
         uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
