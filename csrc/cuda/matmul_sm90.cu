@@ -14,9 +14,8 @@
  *   warpgroup 0, producer (88 registers): cp.async of raw fp4 rows and scales
  *     into a 6-slot ring (mbarriers per slot: landed; read by every thread,
  *     since a slot's copies and its decode are done by different threads);
- *     decode of the activation rows
- *     into a 4-slot ring of fp16 tiles (128-byte swizzle), 128 / TM threads
- *     per row.
+ *     decode of the activation rows into a 4-slot ring of fp16 tiles
+ *     (128-byte swizzle), 128 / TM threads per row.
  *   warpgroups 1 and 2, consumers (208 registers): 128 weight rows each
  *     (2 x 64 fp32 accumulators of 64 x 128), every K step, each issuing
  *     its 8 wgmma m64n128k16 as soon as its fragments are decoded (no turn
@@ -57,12 +56,13 @@
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
  * 7168x16384 moves 66 MB (15.6 us at 4.24 TB/s) for 1.9 GFLOP. A 128-row
  * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
- * (wgmma m64n32k16 / m64n64k16) and a deeper raw ring (8 or 10 slots). Then the step (256 weight rows x 64 K) is
- * bound by the weight decode in the consumers' ALU pipes, ~225 instructions
- * per warp and step, ~146 of them decode: ~0.6 us per step on an H200,
- * ~17 GB/s per SM against the 32 GB/s streaming needs. (Measured not to move
- * it: TMA copies instead of cp.async, 4 consumer warpgroups, mma.sync on 8-
- * and 16-row tiles, decoding the next step during the wgmma; PERF.md.)
+ * (wgmma m64n32k16 / m64n64k16) and a deeper raw ring (8 or 10 slots).
+ * Then the step (256 weight rows x 64 K) is bound by the weight decode in
+ * the consumers' ALU pipes, ~225 instructions per warp and step, ~146 of
+ * them decode: ~0.6 us per step on an H200, ~17 GB/s per SM against the 32
+ * GB/s streaming needs. (Measured not to move it: TMA copies instead of
+ * cp.async, 4 consumer warpgroups, mma.sync on 8- and 16-row tiles,
+ * decoding the next step during the wgmma; PERF.md.)
  */
 #include <atomic>
 #include <cmath>
