@@ -141,7 +141,7 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
                                                 (2, 300, "linear", False), (200, 4, "blocked", False)])
 def test_few_rows_dual_take_the_gemv(gen, m, n, b2_layout, gemv):
     """A dual gemm with M of 4 at most streams B1 and B2 through the GEMV kernel when their scales share
-    a layout; N <= 4 stays on the tensor cores."""
+    a layout; a dual of N <= 4 does not take it."""
     a, b1 = gemm_problem(None, m, n, 1024, gen, "cuda", ("linear", "blocked"))
     b2 = random_operand(None, n, 1024, gen=gen, device="cuda", layout=b2_layout)
     out, names = launched(lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf))
