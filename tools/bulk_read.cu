@@ -1,0 +1,350 @@
+/*
+ * tools/bulk_read.cu - how fast can the SMs pull a GEMV's bytes on chip, and by
+ * which instructions? (development probe, never part of the extension)
+ *
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc \
+ *        tools/bulk_read.cu -o /tmp/bulk_read && /tmp/bulk_read 7168,16384 4096,7168,8
+ *
+ * For each case M,K[,L] it reads exactly the bytes a GEMV of that shape reads
+ * (L*M*K/2 of fp4 codes, L*M*K/16 of scales; each CTA a contiguous share of
+ * both) and touches every byte once in a register (xor), in four ways (name:
+ * U = 16-byte loads in flight per thread, C = CTAs of 256 threads per SM):
+ *   ldgUxC     __ldg (ld.global.nc) in batches of U, then their use
+ *              (tools/trace.sh read:, the floor of session 7)
+ *   ringUxC[na] U loads always in flight (a register ring, software
+ *              pipelined); na: ld.global.nc.L1::no_allocate
+ *   cpasyncUxC each thread its own U-deep ring of 16-byte cp.async.cg (the
+ *              GEMV's copy path), read back from shared memory
+ *   bulkCHxNS  one thread per CTA (one CTA per SM) issues cp.async.bulk (TMA,
+ *              1-D) of CH bytes of codes + CH/8 of scales per stage into an
+ *              NS-slot ring with mbarriers; 8 consumer warps read each stage
+ *              from shared memory (N: they only wait and release)
+ * Times: "call" = one launch after an L2 sweep (events, median of 9);
+ * "loop" = 20 launches back to back over input sets rotated so L2 holds none
+ * (events over the loop / 20, median of 5). Fractions are of bytes / the
+ * device-to-device copy bandwidth measured in the same run.
+ */
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda/ptx_sm90.cuh"
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)
+
+__global__ void sweep_kernel(const uint4 *p, size_t n, unsigned *sink) {
+  unsigned x = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const uint4 v = p[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+struct Src {
+  const uint4 *a, *s;  /* codes and scales, in 16-byte units */
+  size_t na, ns;
+};
+
+__device__ __forceinline__ void share(size_t n, size_t &lo, size_t &hi) {
+  lo = n * blockIdx.x / gridDim.x, hi = n * (blockIdx.x + 1) / gridDim.x;
+}
+
+__host__ __device__ inline size_t umin(size_t a, size_t b) { return a < b ? a : b; }
+__host__ __device__ inline size_t umax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ---- ldg: the plain read ---- */
+template <int U>
+__global__ void __launch_bounds__(256) ldg_kernel(Src src, unsigned *sink) {
+  unsigned x = 0;
+  for (int part = 0; part < 2; part++) {
+    const uint4 *p = part ? src.s : src.a;
+    size_t lo, hi;
+    share(part ? src.ns : src.na, lo, hi);
+    for (size_t i = lo + threadIdx.x; i < hi; i += 256 * U) {
+      uint4 v[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const size_t j = i + (size_t)u * 256;
+        v[u] = j < hi ? __ldg(p + j) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+/* ---- ring: U loads always in flight per thread (software pipeline in registers);
+ * NA: ld.global.nc.L1::no_allocate instead of __ldg ---- */
+template <bool NA>
+__device__ __forceinline__ uint4 load16(const uint4 *p) {
+  if (!NA) return __ldg(p);
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+template <int U, bool NA>
+__global__ void __launch_bounds__(256) ring_kernel(Src src, unsigned *sink) {
+  unsigned x = 0;
+  for (int part = 0; part < 2; part++) {
+    const uint4 *p = part ? src.s : src.a;
+    size_t lo, hi;
+    share(part ? src.ns : src.na, lo, hi);
+    const int64_t mine = hi > lo + threadIdx.x ? (int64_t)((hi - lo - threadIdx.x + 255) / 256) : 0;
+    const uint4 *q = p + lo + threadIdx.x;
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = u < mine ? load16<NA>(q + 256 * u) : make_uint4(0, 0, 0, 0);
+    for (int64_t j = 0; j < mine; j += U) {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        const int64_t n = j + u + U;
+        v[u] = n < mine ? load16<NA>(q + 256 * n) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+/* ---- cpasync: per-thread rings of 16-byte cp.async ---- */
+template <int CPA_STAGES>
+__global__ void __launch_bounds__(256) cpasync_kernel(Src src, unsigned *sink) {
+  __shared__ uint4 ring[CPA_STAGES][256];
+  unsigned x = 0;
+  for (int part = 0; part < 2; part++) {
+    const uint4 *p = part ? src.s : src.a;
+    size_t lo, hi;
+    share(part ? src.ns : src.na, lo, hi);
+    const size_t mine = hi > lo + threadIdx.x ? (hi - lo - threadIdx.x + 255) / 256 : 0;
+    auto issue = [&](size_t j) {
+      if (j < mine) {
+        const uint32_t d = (uint32_t)__cvta_generic_to_shared(&ring[j % CPA_STAGES][threadIdx.x]);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(p + lo + threadIdx.x + 256 * j) : "memory");
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    for (int j = 0; j < CPA_STAGES - 1; j++) issue(j);
+    for (size_t j = 0; j < mine; j++) {
+      issue(j + CPA_STAGES - 1);
+      asm volatile("cp.async.wait_group %0;" ::"n"(CPA_STAGES - 1) : "memory");
+      const uint4 v = ring[j % CPA_STAGES][threadIdx.x];
+      x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+/* ---- bulk: TMA 1-D copies into a shared ring (mbarriers: ptx_sm90.cuh) ---- */
+__device__ __forceinline__ void mbar_expect(uint32_t a, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+template <bool HINT>
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
+  if (HINT)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory");
+  else
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
+                 "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* Stage j of a CTA: codes [lo + j CH, ...) and scales [slo + j CH/8, ...), in
+ * 16-byte units, both clipped to the CTA's share (scales may run out first or
+ * last: each part has its own count of stages; the stage count is the larger). */
+template <int CH, int NS, bool READ, bool HINT>
+__global__ void __launch_bounds__(288, 1) bulk_kernel(Src src, unsigned *sink) {
+#if NVFP4_SM90A /* ptx_sm90.cuh's mbarriers exist in the sm_90a device pass only */
+  extern __shared__ __align__(1024) uint8_t smem[];
+  constexpr int CU = CH / 16, SU = CH / 128; /* 16-byte units per stage */
+  constexpr int STAGE = CH + CH / 8;
+  const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem);
+  const uint32_t full = base + NS * STAGE, empty = full + 8 * NS;
+  size_t lo, hi, slo, shi;
+  share(src.na, lo, hi);
+  share(src.ns, slo, shi);
+  const size_t steps = umax((hi - lo + CU - 1) / CU, (shi - slo + SU - 1) / SU);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < NS; s++) mbar_init(full + 8 * s, 1), mbar_init(empty + 8 * s, 8);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  if (warp == 8) { /* producer */
+    if (lane == 0) {
+      uint64_t pol = 0;
+      if (HINT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+      for (size_t j = 0; j < steps; j++) {
+        const int s = j % NS;
+        if (j >= NS) mbar_wait(empty + 8 * s, ((j / NS) - 1) & 1);
+        const size_t a0 = umin(lo + j * CU, hi), a1 = umin(a0 + CU, hi);
+        const size_t s0 = umin(slo + j * SU, shi), s1 = umin(s0 + SU, shi);
+        mbar_expect(full + 8 * s, (uint32_t)(16 * (a1 - a0 + s1 - s0)));
+        if (a1 > a0) bulk_copy<HINT>(base + s * STAGE, src.a + a0, (uint32_t)(16 * (a1 - a0)), full + 8 * s, pol);
+        if (s1 > s0) bulk_copy<HINT>(base + s * STAGE + CH, src.s + s0, (uint32_t)(16 * (s1 - s0)), full + 8 * s, pol);
+      }
+    }
+    return;
+  }
+  unsigned x = 0;
+  for (size_t j = 0; j < steps; j++) {
+    const int s = j % NS;
+    mbar_wait(full + 8 * s, (j / NS) & 1);
+    if (READ) {
+      const uint4 *st = reinterpret_cast<const uint4 *>(smem + s * STAGE);
+#pragma unroll
+      for (int u = threadIdx.x; u < CU + SU; u += 256) {
+        const uint4 v = st[u];
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * s);
+  }
+  if (x == 0x12345678u) *sink = x;
+#endif
+}
+
+struct Variant {
+  const char *name;
+  void (*launch)(Src, unsigned *, int sms, cudaStream_t);
+};
+
+template <int CH, int NS, bool READ, bool HINT, int CPS>
+void launch_bulk(Src s, unsigned *sink, int sms, cudaStream_t st) {
+  constexpr int SMEM = NS * (CH + CH / 8) + 16 * NS;
+  static bool once = [] {
+    CHECK(cudaFuncSetAttribute(bulk_kernel<CH, NS, READ, HINT>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    return true;
+  }();
+  (void)once;
+  bulk_kernel<CH, NS, READ, HINT><<<sms * CPS, 288, SMEM, st>>>(s, sink);
+}
+template <int U, int CPS>
+void launch_ldg(Src s, unsigned *sink, int sms, cudaStream_t st) { ldg_kernel<U><<<sms * CPS, 256, 0, st>>>(s, sink); }
+template <int U, bool NA, int CPS>
+void launch_ring(Src s, unsigned *sink, int sms, cudaStream_t st) { ring_kernel<U, NA><<<sms * CPS, 256, 0, st>>>(s, sink); }
+template <int STAGES, int CPS>
+void launch_cpasync(Src s, unsigned *sink, int sms, cudaStream_t st) { cpasync_kernel<STAGES><<<sms * CPS, 256, 0, st>>>(s, sink); }
+
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main(int argc, char **argv) {
+  int sms;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  unsigned *sink;
+  CHECK(cudaMalloc(&sink, 4));
+  const size_t sweep_bytes = 256u << 20;
+  uint4 *sweep;
+  CHECK(cudaMalloc(&sweep, sweep_bytes));
+  CHECK(cudaMemset(sweep, 1, sweep_bytes));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  /* copy bandwidth: device to device, bytes read + written */
+  float copy_bw;
+  {
+    uint8_t *d;
+    CHECK(cudaMalloc(&d, sweep_bytes));
+    std::vector<float> t;
+    for (int i = 0; i < 7; i++) {
+      CHECK(cudaEventRecord(e0));
+      CHECK(cudaMemcpyAsync(d, sweep, sweep_bytes, cudaMemcpyDeviceToDevice));
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    copy_bw = 2.0f * sweep_bytes / (median(t) * 1e-3f) / 1e12f;
+    CHECK(cudaFree(d));
+  }
+  printf("device SMs %d, copy %.2f TB/s\n", sms, copy_bw);
+  const Variant variants[] = {
+      /* name: loads (or stages) in flight per thread x CTAs of 256 per SM */
+      {"ldg8x4", launch_ldg<8, 4>},
+      {"ldg4x4", launch_ldg<4, 4>},
+      {"ldg4x8", launch_ldg<4, 8>},
+      {"ring4x4", launch_ring<4, false, 4>},
+      {"ring6x4", launch_ring<6, false, 4>},
+      {"ring4x4na", launch_ring<4, true, 4>},
+      {"ring6x3na", launch_ring<6, true, 3>},
+      {"ring2x8", launch_ring<2, false, 8>},
+      {"cpasync6x4", launch_cpasync<6, 4>},
+      {"cpasync3x8", launch_cpasync<3, 8>},
+      {"bulk16Kx8", launch_bulk<16384, 8, true, false, 1>},
+      {"bulk16Kx8N", launch_bulk<16384, 8, false, false, 1>},
+      {"bulk32Kx5", launch_bulk<32768, 5, true, false, 1>},
+  };
+  for (int c = 1; c < argc; c++) {
+    long m = 0, k = 0, l = 1;
+    if (sscanf(argv[c], "%ld,%ld,%ld", &m, &k, &l) < 2) {
+      fprintf(stderr, "case M,K[,L]\n");
+      return 2;
+    }
+    const size_t na = (size_t)l * m * k / 2 / 16, ns = (size_t)l * m * k / 16 / 16;
+    const size_t bytes = 16 * (na + ns);
+    const int sets = (int)std::max<size_t>(2, (200u << 20) / bytes + 1);
+    std::vector<Src> srcs(sets);
+    for (auto &s : srcs) {
+      uint4 *a, *sc;
+      CHECK(cudaMalloc(&a, 16 * na));
+      CHECK(cudaMalloc(&sc, 16 * ns));
+      CHECK(cudaMemset(a, 0x35, 16 * na));
+      CHECK(cudaMemset(sc, 0x38, 16 * ns));
+      s = {a, sc, na, ns};
+    }
+    const float sol_us = bytes / (copy_bw * 1e12f) * 1e6f;
+    printf("\ncase %ldx%ld L%ld: %.1f MB, SOL %.2f us (%d input sets)\n", m, k, l, bytes / 1e6, sol_us, sets);
+    printf("%-12s %9s %6s %9s %6s\n", "variant", "call us", "frac", "loop us", "frac");
+    for (const Variant &v : variants) {
+      std::vector<float> call, loop;
+      for (int r = 0; r < 9; r++) {
+        sweep_kernel<<<sms * 4, 256>>>(sweep, sweep_bytes / 16, sink);
+        CHECK(cudaEventRecord(e0));
+        v.launch(srcs[r % sets], sink, sms, 0);
+        CHECK(cudaEventRecord(e1));
+        CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        call.push_back(ms * 1e3f);
+      }
+      for (int r = 0; r < 5; r++) {
+        sweep_kernel<<<sms * 4, 256>>>(sweep, sweep_bytes / 16, sink);
+        CHECK(cudaEventRecord(e0));
+        for (int i = 0; i < 20; i++) v.launch(srcs[i % sets], sink, sms, 0);
+        CHECK(cudaEventRecord(e1));
+        CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        loop.push_back(ms * 1e3f / 20);
+      }
+      CHECK(cudaGetLastError());
+      const float tc = median(call), tl = median(loop);
+      printf("%-12s %9.2f %6.3f %9.2f %6.3f\n", v.name, tc, sol_us / tc, tl, sol_us / tl);
+    }
+    for (auto &s : srcs) {
+      CHECK(cudaFree((void *)s.a));
+      CHECK(cudaFree((void *)s.s));
+    }
+  }
+  return 0;
+}
