@@ -55,7 +55,8 @@ def test_gemv_row_quads(device, gen, L, m, k):
 
 @pytest.mark.parametrize("layouts", [("linear", "linear"), ("blocked", "blocked")])
 @pytest.mark.parametrize("L,m,k", [(None, 7, 16384), (3, 50, 7168), (2, 300, 4096), (1100, 1, 16384),
-                                   (None, 5, 131072), (None, 5001, 1024), (2, 8450, 2048), (None, 16390, 2048)])
+                                   (None, 5, 131072), (None, 5001, 1024), (2, 8450, 2048), (None, 16390, 2048),
+                                   (None, 5001, 4160), (3, 129, 192)])
 def test_gemv_long_rows_many_batches(device, gen, layouts, L, m, k):
     """GEMV shapes at the edges of how csrc/cuda/gemv.cu deals its work: few
     rows with long K (7 rows of 16384: most warps idle), rows that do not fill a
@@ -64,7 +65,9 @@ def test_gemv_long_rows_many_batches(device, gen, layouts, L, m, k):
     taken in pairs by a full wave of CTAs dealt one set each (5001 rows, linear
     scales, on a GPU of 80 to 160 SMs), and short rows that take fewer lanes
     each (2 x 8450 x 2048: 8 lanes, 16390 x 2048: 16, linear, on 132 SMs),
-    with a partial last row set."""
+    with a partial last row set. Where K % 128 == 0 and rows fill a wave
+    (5001, 2 x 8450, 16390 rows on 132 SMs) a lane streams two 16-byte chunks
+    per step; with K % 128 == 64 (the last two: 4160, 192) one."""
     a, b = gemv_problem(L, m, k, gen, device, layouts)
     out = poisoned((*([L] if L else []), m), device)
     nk.gemv(a.data, b.data, a.sf, b.sf, out=out)

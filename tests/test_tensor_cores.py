@@ -13,7 +13,7 @@ import torch
 import nvfp4_kernels as nk
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import gemm_problem, layouts_for, poisoned, ref_gemm
+from helpers import gemm_problem, gemv_problem, layouts_for, poisoned, ref_gemm, ref_gemv
 from nvfp4_kernels import reference
 
 IS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -133,6 +133,24 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
     assert any("gemv_kernel" in n for n in names) == gemv, names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("rows,k,chunks", [("wave", 4096, 2), ("wave", 256, 2), ("wave", 4160, 1), ("wave", 192, 1),
+                                           ("few", 4096, 1)])
+def test_gemv_chunks_per_lane(gen, layout, rows, k, chunks):
+    """A GEMV of one vector streams two 16-byte chunks per lane and step where K % 128 == 0 and
+    there is a row for every warp of a full wave (4 CTAs of 8 warps per multiprocessor), one where
+    K % 128 == 64 or rows are few (csrc/cuda/gemv.cu, launch_shape): the kernel's last template
+    argument, and the result."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    m = 32 * sms + 3 if rows == "wave" else 500
+    a, b = gemv_problem(None, m, k, gen, "cuda", (layout, "linear"))
+    out = poisoned((m,), "cuda")
+    _, names = launched(lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out))
+    assert any(re.search(rf"gemv_kernel<\d+, \d+, 1, false, {chunks}>", n) for n in names), names
+    assert_matches(out, ref_gemv(a, b), f"gemv M={m} K={k} {layout} on cuda")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

@@ -10,8 +10,12 @@
  *
  * Dataflow. Persistent CTAs of 8 warps. A warp streams rows: LPR lanes per row
  * (32 / LPR rows at once, a row set; with blocked scales, rows 32 apart so
- * their scale words are adjacent: RowSets), each lane one 16-byte chunk (32
- * codes) per step, so every copy instruction covers whole runs of a row.
+ * their scale words are adjacent: RowSets), each lane CPL 16-byte chunks (32
+ * codes each) per step, LPR chunks apart, so every copy instruction covers
+ * whole runs of a row. CPL = 2 where K % 128 == 0, there is one vector and
+ * rows for a full wave (launch_shape): the loop's control and waits are paid
+ * once per two chunks, ~77 instead of ~91 SASS instructions per chunk (7168
+ * x 16384, linear).
  * Every thread copies exactly what it will consume, so the pipeline is
  * private to the thread: no barrier in the main loop.
  *
@@ -25,8 +29,8 @@
  * Block sums of 16 products are exact integers, so this is fp32 accumulation of
  * exact products, as the reference specifies, in another order.
  *
- * LPR divides K/32, so a row is whole steps and the copy path has no bounds
- * checks.
+ * LPR * CPL divides K/32, so a row is whole steps and the copy path has no
+ * bounds checks.
  *
  * Several vectors (NV = N = 2..4; a gemm of M <= 4 rows with the roles
  * swapped, csrc/cuda/dispatch.cu). The floor is the same bytes of A; the
@@ -76,14 +80,20 @@ namespace {
 #ifndef NVFP4_GEMV_NV_STAGES
 #define NVFP4_GEMV_NV_STAGES 6
 #endif
+#ifndef NVFP4_GEMV_STAGES2  // experiment knob: the ring's depth with 2 chunks per lane (3, 4, 5 measured)
+#define NVFP4_GEMV_STAGES2 3
+#endif
 constexpr int THREADS_1 = 256, WARPS_1 = THREADS_1 / 32, STAGES_1 = NVFP4_GEMV_STAGES;  /* NV = 1 */
 
-/* CTA size and ring depth of a kernel of NV vectors. */
-template <int NV>
+/* CTA size and ring depth of a kernel of NV vectors and CPL 16-byte chunks of
+ * A per lane and step (2: one vector, K % 128 == 0, rows for a full wave;
+ * launch_shape). */
+template <int NV, int CPL = 1>
 struct Cfg {
+  static_assert(CPL == 1 || (CPL == 2 && NV == 1), "two chunks per lane: the GEMV of one vector");
   static constexpr int THREADS = NV == 1 ? THREADS_1 : NVFP4_GEMV_NV_THREADS;
   static constexpr int WARPS = THREADS / 32;
-  static constexpr int STAGES = NV == 1 ? STAGES_1 : NVFP4_GEMV_NV_STAGES;
+  static constexpr int STAGES = NV > 1 ? NVFP4_GEMV_NV_STAGES : CPL == 2 ? NVFP4_GEMV_STAGES2 : STAGES_1;
   static constexpr int MIN_CTAS = NV == 1 ? 0 : 512 / THREADS; /* launch bounds: <= 128 registers */
 };
 
@@ -91,16 +101,16 @@ struct Cfg {
 constexpr int GEMV_MAX_NV = 4;
 
 /* Shared-memory plan of one CTA of NV vectors. */
-template <int NV>
+template <int NV, int CPL = 1>
 struct GemvSmem {
-  static constexpr int64_t nv = NV, THREADS = Cfg<NV>::THREADS, STAGES = Cfg<NV>::STAGES;
+  static constexpr int64_t nv = NV, THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
   int64_t b8, sb, ring_a, ring_s, table, total;
   __host__ __device__ explicit GemvSmem(int64_t k) {
-    b8 = 0;                              // int8 2*b, [vector][step][2 halves][LPR lanes] x 16 bytes
-    sb = b8 + nv * k;                    // b's scales / 4, [vector][step][LPR lanes] x float2
-    ring_a = sb + nv * (k / 32) * 8;     // [STAGES][THREADS] 16-byte chunks of A
-    ring_s = ring_a + STAGES * THREADS * 16;  // [STAGES][THREADS] 4 scale bytes
-    table = ring_s + STAGES * THREADS * 4;    // the 4 decode tables, 4 copies each
+    b8 = 0;                              // int8 2*b, [vector][step][CPL][2 halves][LPR lanes] x 16 bytes
+    sb = b8 + nv * k;                    // b's scales / 4, [vector][step][CPL][LPR lanes] x float2
+    ring_a = sb + nv * (k / 32) * 8;     // [STAGES][CPL][THREADS] 16-byte chunks of A
+    ring_s = ring_a + STAGES * CPL * THREADS * 16;  // [STAGES][CPL][THREADS] 4 scale bytes
+    table = ring_s + STAGES * CPL * THREADS * 4;    // the 4 decode tables, 4 copies each
     total = table + 64;
   }
 };
@@ -167,13 +177,14 @@ struct GemvDeal {
  * once to int8 (11 instructions per 8 codes) and dotted with every vector.
  * DUAL: A2 = p.b2 (A's shape and scale layout) too, result silu(A b) * (A2 b)
  * (the dual gemm of that few rows), no alpha. */
-template <int SFA_LAYOUT, int LPR, int NV, bool DUAL>
-__global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
+template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL>
+__global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
     gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
-  constexpr int THREADS = Cfg<NV>::THREADS, STAGES = Cfg<NV>::STAGES;
-  constexpr int SPAN = LPR;            // chunks of a row per step: one per lane
+  static_assert(!DUAL || CPL == 1, "the dual streams one chunk per lane");
+  constexpr int THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
+  constexpr int SPAN = LPR * CPL;      // chunks of a row per step: CPL per lane, LPR apart
   extern __shared__ __align__(16) uint8_t smem[];
-  const GemvSmem<NV> plan(p.k);
+  const GemvSmem<NV, CPL> plan(p.k);
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
   const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
 
@@ -205,6 +216,7 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
   const uint8_t *a_batch = pa.data + l * pa.batch_stride;
   const uint8_t *sfa_batch = pa.sf + l * pa.sf_batch_stride;
   const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
+  const int64_t sf_half = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * LPR);  // CPL = 2: the second chunk's word
   int p_step = 0, p_set = set_first;
   int64_t p_row = Sets::row(p_set, g);
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
@@ -219,8 +231,11 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
   uint32_t a_dst_s = smem_addr(smem + plan.ring_a + tid * 16), s_dst_s = smem_addr(s_dst);
   asm("" : "+r"(a_dst_s), "+r"(s_dst_s));  // kept in registers: ptxas otherwise redoes the conversion per copy
   auto issue = [&](int stage) {  // stage: a compile-time constant at every call (unrolled loops)
-    cp_async_16(a_dst_s + stage * THREADS * 16, p_a);
-    cp_async_4(s_dst_s + stage * THREADS * 4, p_sf);
+#pragma unroll
+    for (int c = 0; c < CPL; c++) {  // chunk c of the lane: LPR chunks after chunk c - 1
+      cp_async_16(a_dst_s + (stage * CPL + c) * THREADS * 16, p_a + 16 * LPR * c);
+      cp_async_4(s_dst_s + (stage * CPL + c) * THREADS * 4, p_sf + sf_half * c);
+    }
     p_a += 16 * SPAN, p_sf += sf_step;
     if (++p_step == steps) {
       p_step = 0;
@@ -272,15 +287,15 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
     auto store_b = [&](int f, const BChunk &b) {
       // chunk c of vector j belongs to (step st, lane qq) of plane j: see the plan above
       const int j = NV == 1 ? 0 : f / chunks, c = f - j * chunks;
-      const int qq = c % LPR, st = c / SPAN;
+      const int cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
       uint4 lo, hi;
       nvfp4_e2m1x8_to_s8x8(b.v.x, lo.x, lo.y);
       nvfp4_e2m1x8_to_s8x8(b.v.y, lo.z, lo.w);
       nvfp4_e2m1x8_to_s8x8(b.v.z, hi.x, hi.y);
       nvfp4_e2m1x8_to_s8x8(b.v.w, hi.z, hi.w);
-      b8w[j * vb + (st * 2) * LPR + qq] = lo;
-      b8w[j * vb + (st * 2 + 1) * LPR + qq] = hi;
-      sbw[j * vs + st * LPR + qq] =
+      b8w[j * vb + ((st * CPL + cc) * 2) * LPR + qq] = lo;
+      b8w[j * vb + ((st * CPL + cc) * 2 + 1) * LPR + qq] = hi;
+      sbw[j * vs + (st * CPL + cc) * LPR + qq] =
           make_float2(0.25f * nvfp4_e4m3_to_float(b.s0), 0.25f * nvfp4_e4m3_to_float(b.s1));
     };
 #pragma unroll
@@ -320,16 +335,17 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
   auto item = [&](int it, int stage) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
     NVFP4_TRACE_POINT(tid == 0 && it == 0, 2);
-    const uint32_t sw = *reinterpret_cast<const uint32_t *>(s_dst + stage * THREADS * 4);
-    {
-      const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + stage * THREADS * 16);
+#pragma unroll
+    for (int cc = 0; cc < CPL; cc++) {
+      const uint32_t sw = *reinterpret_cast<const uint32_t *>(s_dst + (stage * CPL + cc) * THREADS * 4);
+      const uint4 av = *reinterpret_cast<const uint4 *>(a_dst + (stage * CPL + cc) * THREADS * 16);
       // the chunk's scale columns 2c, 2c+1 are the half of the word picked by c's parity
       const uint32_t two = sw >> (16 * ((step * LPR + q) & 1));
       const float2 sa = nvfp4_e4m3x2_to_float2(two & 0xFFFFu);
       if constexpr (NV == 1) {
-        const float2 sbc = *sb_step;
-        const int s0 = dot16(av.x, av.y, b_step[0], mag);
-        const int s1 = dot16(av.z, av.w, b_step[LPR], mag);
+        const float2 sbc = sb_step[cc * LPR];
+        const int s0 = dot16(av.x, av.y, b_step[2 * cc * LPR], mag);
+        const int s1 = dot16(av.z, av.w, b_step[(2 * cc + 1) * LPR], mag);
         acc[0] = fmaf((float)s0, sa.x * sbc.x, acc[0]);
         acc[0] = fmaf((float)s1, sa.y * sbc.y, acc[0]);
       } else {
@@ -352,7 +368,7 @@ __global__ void __launch_bounds__(Cfg<NV>::THREADS, Cfg<NV>::MIN_CTAS)
     // this item's shared-memory reads were consumed above.
     if (it + STAGES - 1 < items) issue(stage == 0 ? STAGES - 1 : stage - 1);
     cp_async_commit();
-    b_step += 2 * LPR, sb_step += LPR;
+    b_step += 2 * CPL * LPR, sb_step += CPL * LPR;
     if (++step == steps) {  // row done: reduce its LPR partials
       step = 0;
       b_step = b8 + q, sb_step = sb + q;
@@ -395,11 +411,11 @@ struct LaunchCache {
   int per_sm[64] = {};
 };
 
-template <int SFA, int LPR, int NV, bool DUAL = false>
+template <int SFA, int LPR, int NV, bool DUAL = false, int CPL = 1>
 cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  auto kernel = gemv_kernel<SFA, LPR, NV, DUAL>;
-  constexpr int THREADS = Cfg<NV>::THREADS, WARPS = Cfg<NV>::WARPS;
-  const int64_t smem_bytes = GemvSmem<NV>(p.k).total;
+  auto kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL>;
+  constexpr int THREADS = Cfg<NV, CPL>::THREADS, WARPS = Cfg<NV, CPL>::WARPS;
+  const int64_t smem_bytes = GemvSmem<NV, CPL>(p.k).total;
   static LaunchCache cache;
   const DeviceInfo &dev = device_info();
   const int device = dev.id, sms = dev.sms;
@@ -464,15 +480,50 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
  *   the next row's addresses) per step (H200, linear, kernel time: 7168 x 2048
  *   L4 12.1 -> 11.5 us at 8 lanes, 16384 x 2048 8.0 -> 7.5 at 16; at 8 lanes
  *   7.7, with 4096 sets for 4224 warps).
- * One chunk per lane per step. Two adjacent chunks per lane measured slower
- * on an H200 (45 vs 31 us at 7168 x 16384): each 16-byte copy instruction
- * then touches half of every 32-byte sector, doubling the L2 requests. */
+ * The rule counts a lane's chunks per row in units of CPL (launch_rows).
+ * Two chunks per lane are LPR chunks apart: two adjacent ones measured
+ * slower on an H200 (7168 x 16384: 45 vs 31 us with two vectors, 36 vs 19
+ * with one, PERF.md session 15): each 16-byte copy instruction then touches
+ * half of every 32-byte sector, doubling the L2 requests. */
 template <int SFA, int NV, bool DUAL = false>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
   switch ((p.k / 32) % 8 == 0 ? 8 : (p.k / 32) % 4 == 0 ? 4 : 2) {
     case 8: return launch<SFA, 8, NV, DUAL>(p, c_vec_stride, stream);
     case 4: return launch<SFA, 4, NV, DUAL>(p, c_vec_stride, stream);
     default: return launch<SFA, 2, NV, DUAL>(p, c_vec_stride, stream);
+  }
+}
+
+/* One vector: CPL chunks per lane and step, LPR by the rule above. Two chunks
+ * with a 3-deep ring where K % 128 == 0 and the launch has a row for every
+ * warp of a full wave (kernel time, H200, linear: 7168 x 16384 19.1 -> 18.8
+ * us, 4096 x 7168 L8 34.1 -> 33.5-34.1, 7168 x 2048 L4 11.4 -> 10.4, 16384 x
+ * 2048 7.5 -> 6.9; 4 and 5 stages were slower than 3). With fewer rows a
+ * warp's few items are latency-bound and the 3-deep ring holds fewer bytes
+ * in flight per thread than the 6-deep one (64 against 80): 512 x 7168 3.6
+ * -> 4.5 us, 1000 x 7168 3.8 -> 4.6, so one chunk there (PERF.md session 15). */
+template <int SFA, int CPL>
+cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  const int64_t chunks = p.k / 32 / CPL; /* a lane's steps of a row, times LPR */
+  if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
+      2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS_1 * device_info().sms)
+    return launch<SFA, 8, 1, false, CPL>(p, c_vec_stride, stream);
+  // (a full wave: 4 CTAs of 8 warps per SM)
+  const int64_t warps = (int64_t)device_info().sms * 4 * WARPS_1;
+  auto sets = [&](int lpr) {  // row sets of the launch at lpr = 32, 16 or 8 lanes per row
+    return p.batch * (lpr == 32 ? RowSets<SFA, 32>::count(p.m)
+                      : lpr == 16 ? RowSets<SFA, 16>::count(p.m) : RowSets<SFA, 8>::count(p.m));
+  };
+  int lpr = 32;
+  while (chunks % lpr) lpr /= 2;  // chunks is even
+  if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
+  while (lpr > 8 && chunks / lpr < 6 && sets(lpr / 2) >= warps) lpr /= 2;
+  switch (lpr) {
+    case 32: return launch<SFA, 32, 1, false, CPL>(p, c_vec_stride, stream);
+    case 16: return launch<SFA, 16, 1, false, CPL>(p, c_vec_stride, stream);
+    case 8: return launch<SFA, 8, 1, false, CPL>(p, c_vec_stride, stream);
+    case 4: return launch<SFA, 4, 1, false, CPL>(p, c_vec_stride, stream);
+    default: return launch<SFA, 2, 1, false, CPL>(p, c_vec_stride, stream);
   }
 }
 
@@ -497,27 +548,8 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream
     default: break;
   }
   static_assert(GEMV_MAX_NV == 4, "one case per vector count");
-  const int64_t chunks = p.k / 32;
-  if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
-      2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS_1 * device_info().sms)
-    return launch<SFA, 8, 1>(p, c_vec_stride, stream);
-  // (a full wave: 4 CTAs of 8 warps per SM)
-  const int64_t warps = (int64_t)device_info().sms * 4 * WARPS_1;
-  auto sets = [&](int lpr) {  // row sets of the launch at lpr = 32, 16 or 8 lanes per row
-    return p.batch * (lpr == 32 ? RowSets<SFA, 32>::count(p.m)
-                      : lpr == 16 ? RowSets<SFA, 16>::count(p.m) : RowSets<SFA, 8>::count(p.m));
-  };
-  int lpr = 32;
-  while (chunks % lpr) lpr /= 2;  // chunks is even
-  if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
-  while (lpr > 8 && chunks / lpr < 6 && sets(lpr / 2) >= warps) lpr /= 2;
-  switch (lpr) {
-    case 32: return launch<SFA, 32, 1>(p, c_vec_stride, stream);
-    case 16: return launch<SFA, 16, 1>(p, c_vec_stride, stream);
-    case 8: return launch<SFA, 8, 1>(p, c_vec_stride, stream);
-    case 4: return launch<SFA, 4, 1>(p, c_vec_stride, stream);
-    default: return launch<SFA, 2, 1>(p, c_vec_stride, stream);
-  }
+  const bool two = p.k % 128 == 0 && p.m * p.batch >= (int64_t)device_info().sms * 4 * WARPS_1;
+  return two ? launch_rows<SFA, 2>(p, c_vec_stride, stream) : launch_rows<SFA, 1>(p, c_vec_stride, stream);
 }
 
 }  // namespace
@@ -535,7 +567,8 @@ bool gemv_supported(const nvfp4_matmul &p) {
   if (!streamable(p.a) || (p.b2.data && !streamable(p.b2))) return false;
   if (!aligned(p.b.data, 16) || p.b.batch_stride % 16 || (p.n > 1 && p.b.row_stride % 16)) return false;
   if (p.m > INT32_MAX / 2) return false;  // row sets counted in 32 bits
-  const int64_t smem = p.n == 1 ? GemvSmem<1>(p.k).total : p.n == 2 ? GemvSmem<2>(p.k).total
+  const int64_t smem = p.n == 1 ? std::max(GemvSmem<1>(p.k).total, GemvSmem<1, 2>(p.k).total)
+                       : p.n == 2 ? GemvSmem<2>(p.k).total
                        : p.n == 3 ? GemvSmem<3>(p.k).total : GemvSmem<4>(p.k).total;
   return smem <= device_info().smem_optin;
 }
