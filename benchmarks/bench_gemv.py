@@ -1,7 +1,7 @@
 """GEMV benchmark: nvfp4 gemv against the memory-bandwidth speed of light.
 
     python -m benchmarks.bench_gemv [--json FILE] [--png FILE] [--quick]
-        [--layouts linear,blocked] [--no-bf16]
+        [--layouts linear,blocked] [--no-bf16] [--shapes 512x7168,4096x7168x8]
 
 Per shape and scale layout: call time (median of CUDA events around one call,
 L2 flushed before each, inputs rotated), achieved GB/s, fraction of SOL (bytes /
@@ -125,8 +125,11 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="competition shapes, blocked layout only")
     ap.add_argument("--layouts", help="comma-separated scale layouts (default: linear,blocked; --quick: blocked)")
     ap.add_argument("--no-bf16", action="store_true", help="skip the cuBLAS bf16 comparison (A/B runs)")
+    ap.add_argument("--shapes", help="comma-separated MxK or MxKxL instead of the default list (A/B runs)")
     args = ap.parse_args(argv)
     shapes = COMPETITION if args.quick else COMPETITION + EXTRA
+    if args.shapes:
+        shapes = [tuple(int(x) for x in (s.split("x") + ["1"])[:3]) for s in args.shapes.split(",")]
     layouts = ["blocked"] if args.quick else ["linear", "blocked"]
     if args.layouts:
         layouts = args.layouts.split(",")
