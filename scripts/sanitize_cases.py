@@ -20,10 +20,12 @@ def main():
     # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
     # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
     # the last two (N = 1, K = 512 / 1024): the GEMV with 8 / 16 lanes per row and two chunks per lane (its
-    # dual: the tensor cores); K = 64 and 320 (K % 128 == 64) take the GEMV's one chunk per lane
+    # dual: the tensor cores); K = 64 and 320 (K % 128 == 64) take the GEMV's one chunk per lane; the GEMV of
+    # the last two splits each row along K over 4 and 8 warps (csrc/cuda/gemv.cu, GemvDeal)
     cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
              (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
-             (None, 130, 20480, 64, "blocked"), (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear")]
+             (None, 130, 20480, 64, "blocked"), (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"),
+             (None, 37, 1, 8192, "blocked"), (2, 20, 1, 16384, "linear")]
     for L, m, n, k, lay in cases:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)

@@ -4,7 +4,10 @@ both scale layouts, dual and grouped. On a Hopper GPU each test also asserts,
 through the profiler, that the wgmma kernel ran (and not the SIMT fallback);
 elsewhere the same cases check the other paths (CPU included)."""
 
+import json
+import os
 import re
+import tempfile
 import time
 
 import pytest
@@ -41,6 +44,22 @@ def launched(fn):
         out = fn()
         torch.cuda.synchronize()
     return out, {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def launched_grids(fn):
+    """Run fn once under the profiler; return [(name, grid)] of the CUDA kernels it launched."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.unlink(path)
+    return [(e["name"], tuple(e["args"]["grid"])) for e in events if e.get("cat") == "kernel"]
 
 
 def run(device, fn, kernel="matmul_sm90_kernel"):
@@ -149,8 +168,37 @@ def test_gemv_chunks_per_lane(gen, layout, rows, k, chunks):
     a, b = gemv_problem(None, m, k, gen, "cuda", (layout, "linear"))
     out = poisoned((m,), "cuda")
     _, names = launched(lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out))
-    assert any(re.search(rf"gemv_kernel<\d+, \d+, 1, false, {chunks}>", n) for n in names), names
+    assert any(re.search(rf"gemv_kernel<\d+, \d+, 1, false, {chunks}, (true|false)>", n) for n in names), names
     assert_matches(out, ref_gemv(a, b), f"gemv M={m} K={k} {layout} on cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("L,m,k,grid,split", [(None, 7, 16384, 7, True), (None, 256, 16384, 128, True),
+                                              (2, 129, 4096, 33, True), (None, 300, 7168, 38, False),
+                                              (None, 1000, 7168, 125, False), (None, 1500, 8192, 188, False),
+                                              (None, 3000, 16384, None, None)])
+def test_gemv_split_rows(gen, layout, L, m, k, grid, split):
+    """A GEMV whose rows (one per warp) leave multiprocessors idle splits each row along K over up
+    to 8 warps of a CTA (csrc/cuda/gemv.cu, GemvDeal; the kernel's SPLIT variant): as many as
+    divide the row's steps, at least 2 steps each, at most a CTA per multiprocessor (a wave at 4
+    steps or more). 7 rows of 16384 (16 steps of 32 lanes): 8 warps each, a row per CTA; 256 rows of
+    16384: 4 warps each (8 would need 256 CTAs); 2 x 129 rows of 4096 (4 steps): 2 warps each,
+    4 rows per CTA; 300 and 1000 rows of 7168 (7 steps): not split, a row per warp; 1500 rows of
+    8192 take 188 CTAs unsplit, no fewer than the multiprocessors: not split. 3000 rows of
+    16384 with blocked scales take row quads, 768 of them, over 4 warps (384 CTAs); with linear
+    scales they fill a wave unsplit. The grid and kernel (from the profiler) and the result."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if not 100 <= sms <= 180:
+        pytest.skip("the grids asserted here assume a GPU of 100 to 180 multiprocessors")
+    if grid is None:
+        grid, split = (384, True) if layout == "blocked" else (4 * sms, False)
+    a, b = gemv_problem(L, m, k, gen, "cuda", (layout, "linear"))
+    out = poisoned((*([L] if L else []), m), "cuda")
+    grids = [(g, ", true>(" in n)
+             for n, g in launched_grids(lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out)) if "gemv_kernel" in n]
+    assert grids == [((grid, L or 1, 1), split)], grids
+    assert_matches(out, ref_gemv(a, b), f"gemv L={L} M={m} K={k} {layout} on cuda")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

@@ -18,6 +18,10 @@
  * x 16384, linear).
  * Every thread copies exactly what it will consume, so the pipeline is
  * private to the thread: no barrier in the main loop.
+ * Few rows (fewer row sets than a wave has warps: 7 x 16384, 256 x 16384):
+ * the SPLIT variant deals each row set to up to 8 warps of a CTA, each a
+ * contiguous K segment of it, and adds their sums in shared memory after the
+ * loop (GemvDeal), so that more SMs hold more bytes in flight.
  *
  *   gmem A + its scales --cp.async, per-thread STAGES-deep ring--> smem
  *   gmem b --once per CTA, loaded before the first A copies, decoded--> smem
@@ -80,6 +84,9 @@ namespace {
 #ifndef NVFP4_GEMV_NV_STAGES
 #define NVFP4_GEMV_NV_STAGES 6
 #endif
+#ifndef NVFP4_GEMV_MAX_SPLIT  // experiment knob: the most warps a row is split over (1: none)
+#define NVFP4_GEMV_MAX_SPLIT 8
+#endif
 #ifndef NVFP4_GEMV_STAGES2  // experiment knob: the ring's depth with 2 chunks per lane (3, 4, 5 measured)
 #define NVFP4_GEMV_STAGES2 3
 #endif
@@ -100,18 +107,27 @@ struct Cfg {
 /* Vectors per launch: N (the gemm's columns) of 1 to GEMV_MAX_NV. */
 constexpr int GEMV_MAX_NV = 4;
 
+/* Rows split along K (GemvDeal::split): a variant (template argument SPLIT)
+ * of the kernels of one vector and one chunk per lane, the ones that launches
+ * of few rows run (not the dual). */
+template <int NV, int CPL>
+struct Split {
+  static constexpr bool OK = NV == 1 && CPL == 1;
+};
+
 /* Shared-memory plan of one CTA of NV vectors. */
 template <int NV, int CPL = 1>
 struct GemvSmem {
   static constexpr int64_t nv = NV, THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
-  int64_t b8, sb, ring_a, ring_s, table, total;
+  int64_t b8, sb, ring_a, ring_s, table, part, total;
   __host__ __device__ explicit GemvSmem(int64_t k) {
     b8 = 0;                              // int8 2*b, [vector][step][CPL][2 halves][LPR lanes] x 16 bytes
     sb = b8 + nv * k;                    // b's scales / 4, [vector][step][CPL][LPR lanes] x float2
     ring_a = sb + nv * (k / 32) * 8;     // [STAGES][CPL][THREADS] 16-byte chunks of A
     ring_s = ring_a + STAGES * CPL * THREADS * 16;  // [STAGES][CPL][THREADS] 4 scale bytes
     table = ring_s + STAGES * CPL * THREADS * 4;    // the 4 decode tables, 4 copies each
-    total = table + 64;
+    part = table + 64;                              // split rows (GemvDeal): a float per warp and row
+    total = part + (Split<NV, CPL>::OK ? (THREADS / 32) * 16 * 4 : 0);
   }
 };
 
@@ -166,9 +182,15 @@ __device__ __forceinline__ float dot16_s8(uint32_t lo0, uint32_t hi0, uint32_t l
 
 /* How a batch's row sets are dealt (host side, launch): set_stride = C * WARPS
  * for C CTAs per batch; every warp gets row_sets = sets / set_stride of them,
- * the first extra = sets % set_stride warps (in dealing order) one more. */
+ * the first extra = sets % set_stride warps (in dealing order) one more.
+ * split > 1 (Split<NV, CPL>::OK kernels, launches of fewer row sets than a
+ * wave has warps): each row set is split along K over `split` warps of one
+ * CTA, seg_steps steps each; CTA x takes sets x * G .. x * G + G - 1 (G =
+ * WARPS / split; warps past G * split idle), `sets` of them in the batch; the
+ * row's partial sums meet in shared memory after the loop. */
 struct GemvDeal {
   int set_stride, row_sets, extra;
+  int split, seg_steps, sets;
 };
 
 /* NV vectors (p.n = NV): b's rows 0 .. NV-1, result j of row r at
@@ -177,31 +199,37 @@ struct GemvDeal {
  * once to int8 (11 instructions per 8 codes) and dotted with every vector.
  * DUAL: A2 = p.b2 (A's shape and scale layout) too, result silu(A b) * (A2 b)
  * (the dual gemm of that few rows), no alpha. */
-template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL>
+template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT>
 __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
     gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
   static_assert(!DUAL || CPL == 1, "the dual streams one chunk per lane");
+  static_assert(!SPLIT || (Split<NV, CPL>::OK && !DUAL), "split rows: one vector, one chunk per lane");
   constexpr int THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
   constexpr int SPAN = LPR * CPL;      // chunks of a row per step: CPL per lane, LPR apart
   extern __shared__ __align__(16) uint8_t smem[];
   const GemvSmem<NV, CPL> plan(p.k);
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
   const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
+  float *const part = reinterpret_cast<float *>(smem + plan.part);
 
   using Sets = RowSets<SFA_LAYOUT, LPR, DUAL>;
   // g: this lane's row of the set; dual: lanes 16-31 (`second`) stream A2.
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = (DUAL ? lane % 16 : lane) / LPR, q = lane % LPR;
   const bool second = DUAL && lane >= 16;
   const int64_t l = l_base + blockIdx.y;
-  const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = chunks / SPAN;
+  constexpr int WARPS = THREADS / 32, RPW = Sets::RPW;
+  // split rows: this warp's segment of its row set (GemvDeal)
+  const int split = SPLIT ? deal.split : 1, seg = SPLIT ? warp % split : 0;
+  const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = SPLIT ? deal.seg_steps : chunks / SPAN;
   const int vb = 2 * chunks, vs = chunks;  // uint4 / float2 between two vectors' planes
   // Row sets dealt CTA by CTA: warp w of CTA x (of C) takes set w * C + x, then
   // every 8C (contiguous runs of rows per warp measured no faster), so every
   // CTA gets its share to within one set per warp (see launch). Warps past the
   // last row still help decode the vector and meet the barrier. All of it in
   // 32 bits and without a division (sets < 2^31: gemv_supported).
-  const int set_first = warp * (int)gridDim.x + (int)blockIdx.x;
-  const int row_sets = deal.row_sets + (set_first < deal.extra ? 1 : 0);
+  const int set_first = SPLIT ? (int)blockIdx.x * (WARPS / split) + warp / split : warp * (int)gridDim.x + (int)blockIdx.x;
+  const int row_sets = SPLIT ? (warp < WARPS / split * split && set_first < deal.sets ? 1 : 0)
+                                 : deal.row_sets + (set_first < deal.extra ? 1 : 0);
   const int items = row_sets * steps;  // this thread's sequence of (row, step)
   NVFP4_TRACE_POINT(tid == 0, 0);
   pdl_wait();  // common.cuh: nothing global is touched before this
@@ -220,11 +248,12 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   int p_step = 0, p_set = set_first;
   int64_t p_row = Sets::row(p_set, g);
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
+  const int seg_chunk = seg * steps * SPAN;  // the segment's first chunk of the row (split rows)
   auto rebase = [&]() {
     const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
-    p_a = a_batch + row * pa.row_stride + 16 * q;
+    p_a = a_batch + row * pa.row_stride + 16 * (seg_chunk + q);
     p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, pa.sf_row_stride, k_blocks, row, 0) +
-           nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, (2 * q) & ~3);
+           nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * seg_chunk + ((2 * q) & ~3));
   };
   rebase();
   const uint8_t *const s_dst = smem + plan.ring_s + tid * 4;
@@ -329,8 +358,11 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   int step = 0, set = set_first;
   int64_t row = Sets::row(set, g);
   // This lane's place in the vector's layout; moves by one step's worth per step.
-  const uint4 *b_step = b8 + q;
-  const float2 *sb_step = sb + q;
+  // (split rows: from the segment's first step; the planes are step-major)
+  const uint4 *const b_seg = b8 + q + 2 * seg_chunk;
+  const float2 *const sb_seg = sb + q + seg_chunk;
+  const uint4 *b_step = b_seg;
+  const float2 *sb_step = sb_seg;
   // One item: wait for its copies, consume them, refill the stage before it.
   auto item = [&](int it, int stage) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
@@ -371,7 +403,7 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
     b_step += 2 * CPL * LPR, sb_step += CPL * LPR;
     if (++step == steps) {  // row done: reduce its LPR partials
       step = 0;
-      b_step = b8 + q, sb_step = sb + q;
+      b_step = b_seg, sb_step = sb_seg;
 #pragma unroll
       for (int j = 0; j < NV; j++) {
 #pragma unroll
@@ -381,6 +413,8 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
           const float up = __shfl_xor_sync(0xffffffffu, acc[j], 16);  // A2's sum of the row, to lanes 0-15
           if (!second && q == j % LPR && row < p.m)
             store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, silu(acc[j]) * up);
+        } else if (SPLIT) {  // a segment's sum: to shared memory, added up after the loop
+          if (q == 0) part[warp * RPW + g] = acc[j];
         } else if (q == j % LPR && row < p.m) {
           store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, acc[j] * alpha);
         }
@@ -400,6 +434,18 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   }
   cp_async_wait<0>();
   pdl_launch_dependents();
+  if (SPLIT) {  // split rows: the segments' sums of each row, in segment order
+    __syncthreads();
+    if (tid < WARPS / split * RPW) {
+      const int grp = tid / RPW, gg = tid % RPW, set_g = (int)blockIdx.x * (WARPS / split) + grp;
+      const int64_t row_g = Sets::row(set_g, gg);
+      if (set_g < deal.sets && row_g < p.m) {
+        float sum = 0.f;
+        for (int s2 = 0; s2 < split; s2++) sum += part[(grp * split + s2) * RPW + gg];
+        store_half(c_batch + row_g * p.c_row_stride, sum * alpha);
+      }
+    }
+  }
   NVFP4_TRACE_POINT(tid == 0, 3);
   NVFP4_TRACE_POINT(tid == THREADS - 1, 4);
 }
@@ -411,22 +457,29 @@ struct LaunchCache {
   int per_sm[64] = {};
 };
 
+/* Opens `kernel` up to `smem_bytes` of dynamic shared memory on `device` and
+ * caches its occupancy there (cache.per_sm). */
+template <typename Kernel>
+cudaError_t open_kernel(Kernel kernel, LaunchCache &cache, int device, int64_t smem_bytes, int threads) {
+  if (cache.smem[device] >= smem_bytes && cache.per_sm[device]) return cudaSuccess;
+  const int64_t want = std::max(smem_bytes, cache.smem[device]);  // grow only: one kernel, many K
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cache.per_sm[device], kernel, threads, want);
+  if (e == cudaSuccess) cache.smem[device] = want;
+  return e;
+}
+
 template <int SFA, int LPR, int NV, bool DUAL = false, int CPL = 1>
 cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  auto kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL>;
+  constexpr bool CAN_SPLIT = Split<NV, CPL>::OK && !DUAL;
+  auto kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, false>;
   constexpr int THREADS = Cfg<NV, CPL>::THREADS, WARPS = Cfg<NV, CPL>::WARPS;
   const int64_t smem_bytes = GemvSmem<NV, CPL>(p.k).total;
   static LaunchCache cache;
   const DeviceInfo &dev = device_info();
   const int device = dev.id, sms = dev.sms;
   if (device >= 64) return cudaErrorInvalidDevice;
-  if (cache.smem[device] < smem_bytes || !cache.per_sm[device]) {  // grow only: one kernel, many K
-    const int64_t want = std::max(smem_bytes, cache.smem[device]);
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cache.per_sm[device], kernel, THREADS, want);
-    if (e != cudaSuccess) return e;
-    cache.smem[device] = want;
-  }
+  if (cudaError_t e = open_kernel(kernel, cache, device, smem_bytes, THREADS)) return e;
   // CTAs per batch: a full wave (every SM the same number of CTAs, every CTA
   // the same number of row sets to within one per warp: the kernel deals them
   // CTA by CTA) when at least half its warps get a set. The SMs' rates are
@@ -444,23 +497,59 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   const int64_t ctas = NV > 1 ? std::max<int64_t>(1, std::min(max_ctas, sets))
                        : 2 * sets >= WARPS * max_ctas ? max_ctas
                                                       : std::max<int64_t>(1, (sets + WARPS - 1) / WARPS);
-  GemvDeal deal;
+  GemvDeal deal = {};
   deal.set_stride = (int)(ctas * WARPS);
   deal.row_sets = (int)(sets / deal.set_stride);
   deal.extra = (int)(sets % deal.set_stride);
+  deal.split = 1;
+  // Split rows (the SPLIT kernel) where the unsplit grid leaves SMs idle: each
+  // row over the most warps of a CTA (up to 8) that divide its steps and leave
+  // every warp at least 2 of them, with at most a CTA per SM; or, at 4 steps
+  // and more per warp, at most a wave. More SMs then hold more of the bytes in
+  // flight. H200, kernel time, linear (blocked): 7 x 16384 over 8 warps (7
+  // CTAs) 5.0 -> 2.9 us (6.0 -> 3.6), 128 x 16384 over 8 5.1 -> 3.4 (6.3 ->
+  // 4.0), 256 x 16384 over 4 5.2 -> 3.8 (6.4 -> 4.6), 512 x 16384 over 4 5.4
+  // -> 4.5 (6.8 -> 6.4), 3000 x 16384 blocked over 4 (384 CTAs) 14.3 ->
+  // 12.2. Slower: one step per warp (512 x 7168 over 7, 512 CTAs: 3.6 ->
+  // 4.8) and a grid that covered the SMs already (2000 x 8192, 250 CTAs, over
+  // 2: 5.0 -> 6.0) (PERF.md, session 16).
+  int64_t grid = ctas;
+  if constexpr (CAN_SPLIT) {
+    const int steps = (int)(p.k / 32 / LPR);
+    const int64_t one_per_sm = std::max<int64_t>(1, sms / p.batch);
+    if (2 * sets < WARPS * max_ctas && ctas < one_per_sm)
+      for (int s = std::min(WARPS, NVFP4_GEMV_MAX_SPLIT); s >= 2; s--) {
+        const int64_t c = (sets + WARPS / s - 1) / (WARPS / s);
+        if (steps % s || steps / s < 2 || c > (steps / s >= 4 ? max_ctas : one_per_sm)) continue;
+        deal.split = s, deal.seg_steps = steps / s, deal.sets = (int)sets, grid = c;
+        break;
+      }
+  }
   // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
   // while the previous one in the stream ends.
   cudaLaunchAttribute attr = pdl_attribute();
   for (int64_t l = 0; l < p.batch; l += 65535) {
     const int64_t nb = std::min<int64_t>(p.batch - l, 65535);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)ctas, (unsigned)nb);
+    cfg.gridDim = dim3((unsigned)grid, (unsigned)nb);
     cfg.blockDim = dim3(THREADS);
     cfg.dynamicSmemBytes = (size_t)smem_bytes;
     cfg.stream = stream;
     cfg.attrs = &attr;
     cfg.numAttrs = dev.major >= 9 ? 1 : 0;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
+    cudaError_t e;
+    if constexpr (CAN_SPLIT) {
+      if (deal.split > 1) {
+        static LaunchCache split_cache;
+        auto split_kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, true>;
+        e = open_kernel(split_kernel, split_cache, device, smem_bytes, THREADS);
+        if (e == cudaSuccess) e = cudaLaunchKernelEx(&cfg, split_kernel, p, l, deal, c_vec_stride);
+      } else {
+        e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
+      }
+    } else {
+      e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
+    }
     if (e != cudaSuccess) return e;
   }
   return cudaGetLastError();
