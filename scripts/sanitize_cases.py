@@ -46,12 +46,13 @@ def main():
         for (a, b), out in zip(group, outs):
             bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
     # M or N <= 4: the GEMV kernel with 3 vectors (roles swapped, 8 lanes per row) and with 2 (4 lanes);
-    # the dual of M = 3 and 2: the GEMV's dual (B1 and B2 rows in one warp), 8 and 4 lanes per row
+    # the dual of M = 3, 2 and 1: the GEMV's dual (B1 and B2 rows in one warp), 8, 4 and 8 lanes per row (M = 1:
+    # each row split along K over 2 warps)
     for m, n, k in [(3, 300, 512), (129, 2, 128)]:
         a = random_operand(2, m, k, gen=gen, device=dev, layout="blocked")
         b = random_operand(2, n, k, gen=gen, device=dev, layout="linear")
         bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-    for m, n, k in [(3, 300, 512), (2, 129, 128)]:
+    for m, n, k in [(3, 300, 512), (2, 129, 128), (1, 300, 2048)]:
         a = random_operand(2, m, k, gen=gen, device=dev, layout="linear")
         b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
         bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),

@@ -172,33 +172,61 @@ def test_gemv_chunks_per_lane(gen, layout, rows, k, chunks):
     assert_matches(out, ref_gemv(a, b), f"gemv M={m} K={k} {layout} on cuda")
 
 
+# A GEMV of fewer row sets than a wave has warps splits each set along K over s warps of a CTA
+# (csrc/cuda/gemv.cu, GemvDeal; the kernel's SPLIT variant) where that lightens the busiest SM:
+# (CTAs per SM) x (steps per warp + 2). (op, L, M, N, K, linear, blocked), each (grid, split) on a
+# GPU of 132 multiprocessors (4 CTAs each), None where the op or layout does not apply:
+# - 7 rows of 16384 (16 steps of 32 lanes): over 8 warps, a row per CTA;
+# - 256 rows of 16384: over 4 (128 CTAs: load 6; over 8, 256 CTAs: 2 x 4);
+# - 2 x 129 rows of 4096 (4 steps): over 2, 4 rows per CTA;
+# - 300 and 1000 rows of 7168 (7 steps: only 1 per warp over 7): not split;
+# - 1500 rows of 8192 (188 CTAs: 2 x 10): over 2 (375 CTAs: 3 x 6);
+# - 3000 rows of 16384: with blocked scales 768 row quads of 64 steps, over 4 (96 -> 384 CTAs:
+#   66 -> 3 x 18); with linear scales they fill a wave unsplit;
+# - 4300 rows of 8192, blocked: 1088 quads of 16 steps (two chunks per lane), 136 CTAs (2 x 18)
+#   -> 272 (3 x 10); linear: a wave unsplit;
+# - the dual of one row through the GEMV: 3072 rows of B1 and B2 (1536 sets of 16 steps), 192 CTAs
+#   (2 x 18) -> 384 (3 x 10); 4096 rows of 7168 (28 steps), 256 CTAs (2 x 30), not split (512
+#   CTAs: 4 x 16).
+SPLIT_CASES = [("gemv", None, 7, 1, 16384, (7, True), (7, True)),
+               ("gemv", None, 256, 1, 16384, (128, True), (128, True)),
+               ("gemv", 2, 129, 1, 4096, (33, True), (33, True)),
+               ("gemv", None, 300, 1, 7168, (38, False), (38, False)),
+               ("gemv", None, 1000, 1, 7168, (125, False), (125, False)),
+               ("gemv", None, 1500, 1, 8192, (375, True), (375, True)),
+               ("gemv", None, 3000, 1, 16384, (528, False), (384, True)),
+               ("gemv", None, 4300, 1, 8192, (528, False), (272, True)),
+               ("dual", None, 1, 3072, 4096, (384, True), (384, True)),
+               ("dual", None, 1, 4096, 7168, (256, False), (256, False))]
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
-@pytest.mark.parametrize("L,m,k,grid,split", [(None, 7, 16384, 7, True), (None, 256, 16384, 128, True),
-                                              (2, 129, 4096, 33, True), (None, 300, 7168, 38, False),
-                                              (None, 1000, 7168, 125, False), (None, 1500, 8192, 188, False),
-                                              (None, 3000, 16384, None, None)])
-def test_gemv_split_rows(gen, layout, L, m, k, grid, split):
-    """A GEMV whose rows (one per warp) leave multiprocessors idle splits each row along K over up
-    to 8 warps of a CTA (csrc/cuda/gemv.cu, GemvDeal; the kernel's SPLIT variant): as many as
-    divide the row's steps, at least 2 steps each, at most a CTA per multiprocessor (a wave at 4
-    steps or more). 7 rows of 16384 (16 steps of 32 lanes): 8 warps each, a row per CTA; 256 rows of
-    16384: 4 warps each (8 would need 256 CTAs); 2 x 129 rows of 4096 (4 steps): 2 warps each,
-    4 rows per CTA; 300 and 1000 rows of 7168 (7 steps): not split, a row per warp; 1500 rows of
-    8192 take 188 CTAs unsplit, no fewer than the multiprocessors: not split. 3000 rows of
-    16384 with blocked scales take row quads, 768 of them, over 4 warps (384 CTAs); with linear
-    scales they fill a wave unsplit. The grid and kernel (from the profiler) and the result."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if not 100 <= sms <= 180:
-        pytest.skip("the grids asserted here assume a GPU of 100 to 180 multiprocessors")
-    if grid is None:
-        grid, split = (384, True) if layout == "blocked" else (4 * sms, False)
-    a, b = gemv_problem(L, m, k, gen, "cuda", (layout, "linear"))
-    out = poisoned((*([L] if L else []), m), "cuda")
-    grids = [(g, ", true>(" in n)
-             for n, g in launched_grids(lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out)) if "gemv_kernel" in n]
+@pytest.mark.parametrize("op,L,m,n,k,linear,blocked", SPLIT_CASES)
+def test_gemv_split_rows(gen, layout, op, L, m, n, k, linear, blocked):
+    """The grid and kernel variant a GEMV launch takes (from the profiler), and its result. A GEMV
+    of K = 131072 (1 CTA per multiprocessor fits) runs first: a launch plans with the occupancy at
+    its own shared-memory size, not at the largest its kernel was opened for."""
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the grids asserted here are those of a GPU of 132 multiprocessors")
+    for lay in ("linear", "blocked"):
+        a, b = gemv_problem(None, 5, 131072, gen, "cuda", (lay, "linear"))
+        nk.gemv(a.data, b.data, a.sf, b.sf)
+    grid, split = linear if layout == "linear" else blocked
+    if op == "gemv":
+        a, b = gemv_problem(L, m, k, gen, "cuda", (layout, "linear"))
+        out = poisoned((*([L] if L else []), m), "cuda")
+        call = lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out)  # noqa: E731
+        ref = ref_gemv(a, b)
+    else:
+        a, b1 = gemm_problem(L, m, n, k, gen, "cuda", ("linear", layout))
+        b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
+        out = poisoned((*([L] if L else []), m, n), "cuda")
+        call = lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out)  # noqa: E731
+        ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+    grids = [(g, ", true>(" in name) for name, g in launched_grids(call) if "gemv_kernel" in name]
     assert grids == [((grid, L or 1, 1), split)], grids
-    assert_matches(out, ref_gemv(a, b), f"gemv L={L} M={m} K={k} {layout} on cuda")
+    assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} {layout} on cuda")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

@@ -108,11 +108,10 @@ struct Cfg {
 constexpr int GEMV_MAX_NV = 4;
 
 /* Rows split along K (GemvDeal::split): a variant (template argument SPLIT)
- * of the kernels of one vector and one chunk per lane, the ones that launches
- * of few rows run (not the dual). */
+ * of the kernels of one vector (the dual's too). */
 template <int NV, int CPL>
 struct Split {
-  static constexpr bool OK = NV == 1 && CPL == 1;
+  static constexpr bool OK = NV == 1;
 };
 
 /* Shared-memory plan of one CTA of NV vectors. */
@@ -126,7 +125,7 @@ struct GemvSmem {
     ring_a = sb + nv * (k / 32) * 8;     // [STAGES][CPL][THREADS] 16-byte chunks of A
     ring_s = ring_a + STAGES * CPL * THREADS * 16;  // [STAGES][CPL][THREADS] 4 scale bytes
     table = ring_s + STAGES * CPL * THREADS * 4;    // the 4 decode tables, 4 copies each
-    part = table + 64;                              // split rows (GemvDeal): a float per warp and row
+    part = table + 64;                              // split rows (GemvDeal): a float per warp, row and matrix
     total = part + (Split<NV, CPL>::OK ? (THREADS / 32) * 16 * 4 : 0);
   }
 };
@@ -203,7 +202,7 @@ template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT>
 __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
     gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
   static_assert(!DUAL || CPL == 1, "the dual streams one chunk per lane");
-  static_assert(!SPLIT || (Split<NV, CPL>::OK && !DUAL), "split rows: one vector, one chunk per lane");
+  static_assert(!SPLIT || Split<NV, CPL>::OK, "split rows: one vector");
   constexpr int THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
   constexpr int SPAN = LPR * CPL;      // chunks of a row per step: CPL per lane, LPR apart
   extern __shared__ __align__(16) uint8_t smem[];
@@ -409,12 +408,12 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
 #pragma unroll
         for (int off = LPR / 2; off; off >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
         // every lane of the row holds the sums; lane j % LPR stores vector j's
-        if constexpr (DUAL) {
+        if constexpr (SPLIT) {  // a segment's sum (dual: A's and A2's): to shared memory, added up after the loop
+          if (q == 0) part[(warp * RPW + g) * (DUAL ? 2 : 1) + (second ? 1 : 0)] = acc[j];
+        } else if constexpr (DUAL) {
           const float up = __shfl_xor_sync(0xffffffffu, acc[j], 16);  // A2's sum of the row, to lanes 0-15
           if (!second && q == j % LPR && row < p.m)
             store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, silu(acc[j]) * up);
-        } else if (SPLIT) {  // a segment's sum: to shared memory, added up after the loop
-          if (q == 0) part[warp * RPW + g] = acc[j];
         } else if (q == j % LPR && row < p.m) {
           store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, acc[j] * alpha);
         }
@@ -440,9 +439,13 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
       const int grp = tid / RPW, gg = tid % RPW, set_g = (int)blockIdx.x * (WARPS / split) + grp;
       const int64_t row_g = Sets::row(set_g, gg);
       if (set_g < deal.sets && row_g < p.m) {
-        float sum = 0.f;
-        for (int s2 = 0; s2 < split; s2++) sum += part[(grp * split + s2) * RPW + gg];
-        store_half(c_batch + row_g * p.c_row_stride, sum * alpha);
+        constexpr int MATS = DUAL ? 2 : 1;
+        float sum = 0.f, up = 0.f;
+        for (int s2 = 0; s2 < split; s2++) {
+          sum += part[((grp * split + s2) * RPW + gg) * MATS];
+          if (DUAL) up += part[((grp * split + s2) * RPW + gg) * MATS + 1];
+        }
+        store_half(c_batch + row_g * p.c_row_stride, DUAL ? silu(sum) * up : sum * alpha);
       }
     }
   }
@@ -450,28 +453,50 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   NVFP4_TRACE_POINT(tid == THREADS - 1, 4);
 }
 
-/* Per device: the dynamic shared memory a kernel was opened up to and its
- * occupancy at that size, so a call costs no runtime queries after the first. */
+/* Per device: the dynamic shared memory a kernel was opened up to, and its
+ * occupancy at the sizes launched so far (the first OCC_SIZES of them; a K
+ * past those is queried per call), so a call costs no runtime queries after
+ * the first of its size. Occupancy at the launch's own size: at the largest
+ * one opened it was lower after a long-K call (K = 131072: 1 CTA per SM), and
+ * every later short-K launch planned for that. */
 struct LaunchCache {
-  int64_t smem[64] = {};
-  int per_sm[64] = {};
+  static constexpr int OCC_SIZES = 8;
+  int64_t opened[64] = {};
+  int64_t size[64][OCC_SIZES] = {};
+  int per_sm[64][OCC_SIZES] = {};
 };
 
-/* Opens `kernel` up to `smem_bytes` of dynamic shared memory on `device` and
- * caches its occupancy there (cache.per_sm). */
+/* Opens `kernel` up to `smem_bytes` of dynamic shared memory on `device`
+ * (once per size beyond the largest so far) and gives its CTAs per SM at
+ * that size. */
 template <typename Kernel>
-cudaError_t open_kernel(Kernel kernel, LaunchCache &cache, int device, int64_t smem_bytes, int threads) {
-  if (cache.smem[device] >= smem_bytes && cache.per_sm[device]) return cudaSuccess;
-  const int64_t want = std::max(smem_bytes, cache.smem[device]);  // grow only: one kernel, many K
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cache.per_sm[device], kernel, threads, want);
-  if (e == cudaSuccess) cache.smem[device] = want;
-  return e;
+cudaError_t open_kernel(Kernel kernel, LaunchCache &cache, int device, int64_t smem_bytes, int threads, int &per_sm) {
+  int64_t *size = cache.size[device];
+  int *occ = cache.per_sm[device];
+  for (int i = 0; i < LaunchCache::OCC_SIZES && size[i]; i++)
+    if (size[i] == smem_bytes) {
+      per_sm = occ[i];
+      return cudaSuccess;
+    }
+  cudaError_t e = cudaSuccess;
+  if (cache.opened[device] < smem_bytes) {  // grow only: one kernel, many K
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+    if (e != cudaSuccess) return e;
+    cache.opened[device] = smem_bytes;
+  }
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes);
+  if (e != cudaSuccess) return e;
+  for (int i = 0; i < LaunchCache::OCC_SIZES; i++)
+    if (!size[i]) {
+      size[i] = smem_bytes, occ[i] = per_sm;
+      break;
+    }
+  return cudaSuccess;
 }
 
 template <int SFA, int LPR, int NV, bool DUAL = false, int CPL = 1>
 cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  constexpr bool CAN_SPLIT = Split<NV, CPL>::OK && !DUAL;
+  constexpr bool CAN_SPLIT = Split<NV, CPL>::OK;
   auto kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, false>;
   constexpr int THREADS = Cfg<NV, CPL>::THREADS, WARPS = Cfg<NV, CPL>::WARPS;
   const int64_t smem_bytes = GemvSmem<NV, CPL>(p.k).total;
@@ -479,7 +504,8 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   const DeviceInfo &dev = device_info();
   const int device = dev.id, sms = dev.sms;
   if (device >= 64) return cudaErrorInvalidDevice;
-  if (cudaError_t e = open_kernel(kernel, cache, device, smem_bytes, THREADS)) return e;
+  int per_sm = 0;
+  if (cudaError_t e = open_kernel(kernel, cache, device, smem_bytes, THREADS, per_sm)) return e;
   // CTAs per batch: a full wave (every SM the same number of CTAs, every CTA
   // the same number of row sets to within one per warp: the kernel deals them
   // CTA by CTA) when at least half its warps get a set. The SMs' rates are
@@ -490,7 +516,7 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   // (1000 x 7168: 7.7 -> 8.4 us; 7168 x 16384 in row quads, 1792 sets: 24.7
   // -> 26.4).
   const int64_t sets = RowSets<SFA, LPR, DUAL>::count(p.m);
-  const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(cache.per_sm[device], 1) / p.batch);
+  const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(per_sm, 1) / p.batch);
   // Several vectors: every CTA decodes all of them first, so a CTA per SM
   // with at least one set, whatever the warps left idle (4096 x 7168, 1024
   // sets: 132 CTAs of 512 threads, not 64 full ones).
@@ -502,28 +528,40 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   deal.row_sets = (int)(sets / deal.set_stride);
   deal.extra = (int)(sets % deal.set_stride);
   deal.split = 1;
-  // Split rows (the SPLIT kernel) where the unsplit grid leaves SMs idle: each
-  // row over the most warps of a CTA (up to 8) that divide its steps and leave
-  // every warp at least 2 of them, with at most a CTA per SM; or, at 4 steps
-  // and more per warp, at most a wave. More SMs then hold more of the bytes in
-  // flight. H200, kernel time, linear (blocked): 7 x 16384 over 8 warps (7
-  // CTAs) 5.0 -> 2.9 us (6.0 -> 3.6), 128 x 16384 over 8 5.1 -> 3.4 (6.3 ->
-  // 4.0), 256 x 16384 over 4 5.2 -> 3.8 (6.4 -> 4.6), 512 x 16384 over 4 5.4
-  // -> 4.5 (6.8 -> 6.4), 3000 x 16384 blocked over 4 (384 CTAs) 14.3 ->
-  // 12.2. Slower: one step per warp (512 x 7168 over 7, 512 CTAs: 3.6 ->
-  // 4.8) and a grid that covered the SMs already (2000 x 8192, 250 CTAs, over
-  // 2: 5.0 -> 6.0) (PERF.md, session 16).
+  // Split rows (the SPLIT kernel) where that evens out the SMs' loads. With
+  // fewer sets than a wave has warps (a set per warp), an SM's time goes as
+  // its CTAs times (a warp's steps + a CTA's own cost: the vector's decode,
+  // the ramp; fitted: 2 steps). Each split of 2 to 8 warps per set that
+  // divides the steps (2 or more per warp) and fits a wave is weighed by that
+  // load; the lightest wins; ties go to the fewer warps, or to the split
+  // where the unsplit grid leaves SMs idle. H200, kernel time, linear
+  // (blocked), us:
+  // - 7 x 16384 over 8 warps (7 CTAs) 5.0 -> 2.9 (6.0 -> 3.6); 256 x 16384
+  //   over 4 5.2 -> 3.8 (6.4 -> 4.6); 512 x 16384 over 2 5.4 -> 4.5 (6.8 ->
+  //   5.0; over 4 (6.4), load 12 against 10); 3000 x 16384 blocked over 4 (96
+  //   -> 384 CTAs) 14.3 -> 12.2; 6000 x 16384 blocked over 2 (188 -> 376
+  //   CTAs) 20.8 -> 17.4; blocked 3072 x 4096 over 4 (96 -> 384 CTAs, the
+  //   tie) 8.1 -> 7.6 (event time, bench_gemm 1 x 3072 x 4096);
+  // - splits of no lighter load measured no faster: 7168 x 16384 blocked over
+  //   2 (224 -> 448 CTAs) 21.3 either way; 2000 x 8192 over 2 (250 -> 500
+  //   CTAs) 5.0 -> 6.0; 512 x 7168 over 7 (1 step per warp) 3.6 -> 4.8
+  //   (PERF.md, session 16).
   int64_t grid = ctas;
   if constexpr (CAN_SPLIT) {
-    const int steps = (int)(p.k / 32 / LPR);
-    const int64_t one_per_sm = std::max<int64_t>(1, sms / p.batch);
-    if (2 * sets < WARPS * max_ctas && ctas < one_per_sm)
-      for (int s = std::min(WARPS, NVFP4_GEMV_MAX_SPLIT); s >= 2; s--) {
-        const int64_t c = (sets + WARPS / s - 1) / (WARPS / s);
-        if (steps % s || steps / s < 2 || c > (steps / s >= 4 ? max_ctas : one_per_sm)) continue;
+    constexpr int CTA_COST = 2;  // steps
+    const int steps = (int)(p.k / 32 / (LPR * CPL));
+    auto load = [&](int64_t c, int seg_steps) { return (c * p.batch + sms - 1) / sms * (seg_steps + CTA_COST); };
+    if (2 * sets < WARPS * max_ctas) {
+      const bool idle = ctas * p.batch < sms;  // the unsplit grid leaves SMs idle: a tie goes to the split
+      int64_t best = load(ctas, steps);
+      for (int s = 2; s <= std::min(WARPS, NVFP4_GEMV_MAX_SPLIT); s++) {
+        const int64_t c = (sets + WARPS / s - 1) / (WARPS / s), l = load(c, steps / s);
+        if (steps % s || steps / s < 2 || c > max_ctas || l > best || (l == best && (deal.split > 1 || !idle)))
+          continue;
+        best = l;
         deal.split = s, deal.seg_steps = steps / s, deal.sets = (int)sets, grid = c;
-        break;
       }
+    }
   }
   // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
   // while the previous one in the stream ends.
@@ -542,7 +580,8 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
       if (deal.split > 1) {
         static LaunchCache split_cache;
         auto split_kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, true>;
-        e = open_kernel(split_kernel, split_cache, device, smem_bytes, THREADS);
+        int split_per_sm;
+        e = open_kernel(split_kernel, split_cache, device, smem_bytes, THREADS, split_per_sm);
         if (e == cudaSuccess) e = cudaLaunchKernelEx(&cfg, split_kernel, p, l, deal, c_vec_stride);
       } else {
         e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
