@@ -48,7 +48,7 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
   san_line=""
   for tool in memcheck racecheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_cases.py >"$OUT/sanitize_$tool.log" 2>&1
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_cases.py >"$OUT/sanitize_$tool.log" 2>&1
     rc=$?
     tail -3 "$OUT/sanitize_$tool.log"
     san_line="$san_line $tool: $([ $rc = 0 ] && echo clean || echo "rc=$rc")"
