@@ -18,10 +18,11 @@
  * x 16384, linear).
  * Every thread copies exactly what it will consume, so the pipeline is
  * private to the thread: no barrier in the main loop.
- * Few rows (fewer row sets than a wave has warps: 7 x 16384, 256 x 16384):
- * the SPLIT variant deals each row set to up to 8 warps of a CTA, each a
- * contiguous K segment of it, and adds their sums in shared memory after the
- * loop (GemvDeal), so that more SMs hold more bytes in flight.
+ * Few rows (fewer row sets than a wave has warps: 7 x 16384, 256 x 16384,
+ * 6000 x 16384 in row quads): the SPLIT variant deals each row set to up to
+ * 8 warps of a CTA, each a contiguous K segment of it, and adds their sums in
+ * shared memory after the loop (GemvDeal), where that lightens the busiest
+ * SM (launch): idle SMs then hold bytes in flight too.
  *
  *   gmem A + its scales --cp.async, per-thread STAGES-deep ring--> smem
  *   gmem b --once per CTA, loaded before the first A copies, decoded--> smem
