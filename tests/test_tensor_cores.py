@@ -172,30 +172,37 @@ def test_gemv_chunks_per_lane(gen, layout, rows, k, chunks):
     assert_matches(out, ref_gemv(a, b), f"gemv M={m} K={k} {layout} on cuda")
 
 
-# A GEMV of fewer row sets than a wave has warps splits each set along K over s warps of a CTA
-# (csrc/cuda/gemv.cu, GemvDeal; the kernel's SPLIT variant) where that lightens the busiest SM:
-# (CTAs per SM) x (steps per warp + 2). (op, L, M, N, K, linear, blocked), each (grid, split) on a
-# GPU of 132 multiprocessors (4 CTAs each), None where the op or layout does not apply:
+# A GEMV of fewer row sets than a wave has warps (a set per warp) plans its grid by the busiest
+# SM's load (csrc/cuda/gemv.cu, launch): each set may be split along K over s warps of a CTA
+# (GemvDeal; the kernel's SPLIT variant), load (CTAs per SM) x (steps per warp + 2); unsplit
+# on every SM it may take k CTAs per SM, load (CTAs per SM) x (a CTA's sets x steps + 2 x 8).
+# (op, L, M, N, K, linear, blocked), each (grid, split) on a GPU of 132 multiprocessors:
 # - 7 rows of 16384 (16 steps of 32 lanes): over 8 warps, a row per CTA;
 # - 256 rows of 16384: over 4 (128 CTAs: load 6; over 8, 256 CTAs: 2 x 4);
 # - 2 x 129 rows of 4096 (4 steps): over 2, 4 rows per CTA;
 # - 300 and 1000 rows of 7168 (7 steps: only 1 per warp over 7): not split;
+# - 1100 rows of 4096 (4 steps): 138 CTAs (2 x (8 x 4 + 16)) -> 264 (2 x (5 x 4 + 16));
 # - 1500 rows of 8192 (188 CTAs: 2 x 10): over 2 (375 CTAs: 3 x 6);
 # - 3000 rows of 16384: with blocked scales 768 row quads of 64 steps, over 4 (96 -> 384 CTAs:
 #   66 -> 3 x 18); with linear scales they fill a wave unsplit;
 # - 4300 rows of 8192, blocked: 1088 quads of 16 steps (two chunks per lane), 136 CTAs (2 x 18)
-#   -> 272 (3 x 10); linear: a wave unsplit;
-# - the dual of one row through the GEMV: 3072 rows of B1 and B2 (1536 sets of 16 steps), 192 CTAs
-#   (2 x 18) -> 384 (3 x 10); 4096 rows of 7168 (28 steps), 256 CTAs (2 x 30), not split (512
-#   CTAs: 4 x 16).
+#   -> over 2, 272 (3 x 10); linear: a wave unsplit;
+# - 7168 rows of 16384, blocked: 1792 quads of 32 steps, 224 CTAs -> 264 unsplit (over 2, 448
+#   CTAs, no lighter: 2 x 34 against 4 x 18); linear: a wave;
+# - the dual of one row through the GEMV: 1100 rows of B1 and B2 (550 sets of 16 steps; blocked:
+#   576 in whole 128-row atoms), 69 CTAs, over 4 warps; 3072 rows (1536 sets of 16 steps), 192
+#   CTAs (2 x 18) -> 384 (3 x 10); 4096 rows of 7168 (28 steps), 256 CTAs (2 x 30), unchanged.
 SPLIT_CASES = [("gemv", None, 7, 1, 16384, (7, True), (7, True)),
                ("gemv", None, 256, 1, 16384, (128, True), (128, True)),
                ("gemv", 2, 129, 1, 4096, (33, True), (33, True)),
                ("gemv", None, 300, 1, 7168, (38, False), (38, False)),
                ("gemv", None, 1000, 1, 7168, (125, False), (125, False)),
+               ("gemv", None, 1100, 1, 4096, (264, False), (264, False)),
                ("gemv", None, 1500, 1, 8192, (375, True), (375, True)),
                ("gemv", None, 3000, 1, 16384, (528, False), (384, True)),
                ("gemv", None, 4300, 1, 8192, (528, False), (272, True)),
+               ("gemv", None, 7168, 1, 16384, (528, False), (264, False)),
+               ("dual", None, 1, 1100, 4096, (275, True), (288, True)),
                ("dual", None, 1, 3072, 4096, (384, True), (384, True)),
                ("dual", None, 1, 4096, 7168, (256, False), (256, False))]
 

@@ -529,38 +529,55 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   deal.row_sets = (int)(sets / deal.set_stride);
   deal.extra = (int)(sets % deal.set_stride);
   deal.split = 1;
-  // Split rows (the SPLIT kernel) where that evens out the SMs' loads. With
-  // fewer sets than a wave has warps (a set per warp), an SM's time goes as
-  // its CTAs times (a warp's steps + a CTA's own cost: the vector's decode,
-  // the ramp; fitted: 2 steps). Each split of 2 to 8 warps per set that
-  // divides the steps (2 or more per warp) and fits a wave is weighed by that
-  // load; the lightest wins; ties go to the fewer warps, or to the split
-  // where the unsplit grid leaves SMs idle. H200, kernel time, linear
-  // (blocked), us:
+  // Fewer sets than a wave has warps (a set per warp): split rows (the SPLIT
+  // kernel) where that evens out the SMs' loads. An SM's time goes as its
+  // CTAs x (a warp's steps + a CTA's own cost: the vector's decode, the ramp;
+  // fitted: 2 steps). Each split of 2 to 8 warps per set that divides the
+  // steps (2 or more per warp) and fits a wave is weighed by that load; the
+  // lightest wins; ties go to no split, or to the split with the fewest warps
+  // where the unsplit grid leaves SMs idle. Unsplit on every SM, k CTAs per
+  // SM may replace the grid of a set per warp where that lightens the busiest
+  // SM's warp-steps (7168 x 16384 blocked: 224 CTAs of 8 quads, 92 SMs with
+  // 2, -> 264 of 6-7, 21.5 -> 21.0 us; 1100 x 4096: 138 -> 264 CTAs, 3.4 ->
+  // 3.4 (4.4 -> 3.8)). H200, kernel time, linear (blocked), us:
   // - 7 x 16384 over 8 warps (7 CTAs) 5.0 -> 2.9 (6.0 -> 3.6); 256 x 16384
   //   over 4 5.2 -> 3.8 (6.4 -> 4.6); 512 x 16384 over 2 5.4 -> 4.5 (6.8 ->
   //   5.0; over 4 (6.4), load 12 against 10); 3000 x 16384 blocked over 4 (96
   //   -> 384 CTAs) 14.3 -> 12.2; 6000 x 16384 blocked over 2 (188 -> 376
-  //   CTAs) 20.8 -> 17.4; blocked 3072 x 4096 over 4 (96 -> 384 CTAs, the
-  //   tie) 8.1 -> 7.6 (event time, bench_gemm 1 x 3072 x 4096);
-  // - splits of no lighter load measured no faster: 7168 x 16384 blocked over
-  //   2 (224 -> 448 CTAs) 21.3 either way; 2000 x 8192 over 2 (250 -> 500
-  //   CTAs) 5.0 -> 6.0; 512 x 7168 over 7 (1 step per warp) 3.6 -> 4.8
+  //   CTAs) 20.8 -> 17.3 (264 CTAs unsplit: 19.3); blocked 3072 x 4096 over 4
+  //   (96 -> 384 CTAs, a tie) 8.1 -> 7.6 (event time, bench_gemm 1 x 3072 x
+  //   4096);
+  // - splits of no lighter load measured no faster: 2000 x 8192 over 2 (250
+  //   -> 500 CTAs) 5.0 -> 6.0; 512 x 7168 over 7 (1 step per warp) 3.6 -> 4.8;
+  //   7168 x 16384 blocked over 2 (224 -> 448 CTAs) 21.3 either way
   //   (PERF.md, session 16).
   int64_t grid = ctas;
   if constexpr (CAN_SPLIT) {
     constexpr int CTA_COST = 2;  // steps
     const int steps = (int)(p.k / 32 / (LPR * CPL));
-    auto load = [&](int64_t c, int seg_steps) { return (c * p.batch + sms - 1) / sms * (seg_steps + CTA_COST); };
+    auto per_sm_of = [&](int64_t c) { return (c * p.batch + sms - 1) / sms; };
     if (2 * sets < WARPS * max_ctas) {
       const bool idle = ctas * p.batch < sms;  // the unsplit grid leaves SMs idle: a tie goes to the split
+      auto load = [&](int64_t c, int seg_steps) { return per_sm_of(c) * (seg_steps + CTA_COST); };
       int64_t best = load(ctas, steps);
       for (int s = 2; s <= std::min(WARPS, NVFP4_GEMV_MAX_SPLIT); s++) {
         const int64_t c = (sets + WARPS / s - 1) / (WARPS / s), l = load(c, steps / s);
         if (steps % s || steps / s < 2 || c > max_ctas || l > best || (l == best && (deal.split > 1 || !idle)))
           continue;
-        best = l;
-        deal.split = s, deal.seg_steps = steps / s, deal.sets = (int)sets, grid = c;
+        best = l, grid = c;
+        deal.split = s, deal.seg_steps = steps / s, deal.sets = (int)sets;
+      }
+      if (deal.split == 1 && !idle) {
+        // unsplit on every SM: k CTAs per SM (each SM as many, every CTA its sets
+        // to within one) where that lightens the busiest SM's warp-steps
+        auto work = [&](int64_t c) { return per_sm_of(c) * ((sets + c - 1) / c * steps + CTA_COST * WARPS); };
+        for (int k = 1; k <= per_sm; k++) {
+          const int64_t c = ((int64_t)k * sms + p.batch - 1) / p.batch;
+          if (c > grid && c <= max_ctas && work(c) < work(grid)) grid = c;
+        }
+        deal.set_stride = (int)(grid * WARPS);
+        deal.row_sets = (int)(sets / deal.set_stride);
+        deal.extra = (int)(sets % deal.set_stride);
       }
     }
   }
