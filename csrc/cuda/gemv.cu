@@ -108,13 +108,6 @@ struct Cfg {
 /* Vectors per launch: N (the gemm's columns) of 1 to GEMV_MAX_NV. */
 constexpr int GEMV_MAX_NV = 4;
 
-/* Rows split along K (GemvDeal::split): a variant (template argument SPLIT)
- * of the kernels of one vector (the dual's too). */
-template <int NV, int CPL>
-struct Split {
-  static constexpr bool OK = NV == 1;
-};
-
 /* Shared-memory plan of one CTA of NV vectors. */
 template <int NV, int CPL = 1>
 struct GemvSmem {
@@ -126,8 +119,8 @@ struct GemvSmem {
     ring_a = sb + nv * (k / 32) * 8;     // [STAGES][CPL][THREADS] 16-byte chunks of A
     ring_s = ring_a + STAGES * CPL * THREADS * 16;  // [STAGES][CPL][THREADS] 4 scale bytes
     table = ring_s + STAGES * CPL * THREADS * 4;    // the 4 decode tables, 4 copies each
-    part = table + 64;                              // split rows (GemvDeal): a float per warp, row and matrix
-    total = part + (Split<NV, CPL>::OK ? (THREADS / 32) * 16 * 4 : 0);
+    part = table + 64;                              // split rows (GemvDeal, NV = 1): a float per warp, row and matrix
+    total = part + (NV == 1 ? (THREADS / 32) * 16 * 4 : 0);
   }
 };
 
@@ -183,8 +176,8 @@ __device__ __forceinline__ float dot16_s8(uint32_t lo0, uint32_t hi0, uint32_t l
 /* How a batch's row sets are dealt (host side, launch): set_stride = C * WARPS
  * for C CTAs per batch; every warp gets row_sets = sets / set_stride of them,
  * the first extra = sets % set_stride warps (in dealing order) one more.
- * split > 1 (Split<NV, CPL>::OK kernels, launches of fewer row sets than a
- * wave has warps): each row set is split along K over `split` warps of one
+ * split > 1 (the SPLIT variant of the kernels of one vector, the dual's too;
+ * launches of fewer row sets than a wave has warps): each row set is split along K over `split` warps of one
  * CTA, seg_steps steps each; CTA x takes sets x * G .. x * G + G - 1 (G =
  * WARPS / split; warps past G * split idle), `sets` of them in the batch; the
  * row's partial sums meet in shared memory after the loop. */
@@ -203,7 +196,7 @@ template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT>
 __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
     gemv_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
   static_assert(!DUAL || CPL == 1, "the dual streams one chunk per lane");
-  static_assert(!SPLIT || Split<NV, CPL>::OK, "split rows: one vector");
+  static_assert(!SPLIT || NV == 1, "split rows: one vector");
   constexpr int THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
   constexpr int SPAN = LPR * CPL;      // chunks of a row per step: CPL per lane, LPR apart
   extern __shared__ __align__(16) uint8_t smem[];
@@ -497,7 +490,7 @@ cudaError_t open_kernel(Kernel kernel, LaunchCache &cache, int device, int64_t s
 
 template <int SFA, int LPR, int NV, bool DUAL = false, int CPL = 1>
 cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  constexpr bool CAN_SPLIT = Split<NV, CPL>::OK;
+  constexpr bool CAN_SPLIT = NV == 1;
   auto kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, false>;
   constexpr int THREADS = Cfg<NV, CPL>::THREADS, WARPS = Cfg<NV, CPL>::WARPS;
   const int64_t smem_bytes = GemvSmem<NV, CPL>(p.k).total;
@@ -581,6 +574,14 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
       }
     }
   }
+  if constexpr (CAN_SPLIT) {
+    if (deal.split > 1) {
+      static LaunchCache split_cache;
+      kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, true>;
+      int split_per_sm;
+      if (cudaError_t e = open_kernel(kernel, split_cache, device, smem_bytes, THREADS, split_per_sm)) return e;
+    }
+  }
   // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
   // while the previous one in the stream ends.
   cudaLaunchAttribute attr = pdl_attribute();
@@ -593,20 +594,7 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
     cfg.stream = stream;
     cfg.attrs = &attr;
     cfg.numAttrs = dev.major >= 9 ? 1 : 0;
-    cudaError_t e;
-    if constexpr (CAN_SPLIT) {
-      if (deal.split > 1) {
-        static LaunchCache split_cache;
-        auto split_kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, true>;
-        int split_per_sm;
-        e = open_kernel(split_kernel, split_cache, device, smem_bytes, THREADS, split_per_sm);
-        if (e == cudaSuccess) e = cudaLaunchKernelEx(&cfg, split_kernel, p, l, deal, c_vec_stride);
-      } else {
-        e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
-      }
-    } else {
-      e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
-    }
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
     if (e != cudaSuccess) return e;
   }
   return cudaGetLastError();
