@@ -19,13 +19,16 @@ def main():
 
     # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
     # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
-    # the last two (N = 1, K = 512 / 1024): the GEMV with 8 / 16 lanes per row and two chunks per lane (its
-    # dual: the tensor cores); K = 64 and 320 (K % 128 == 64) take the GEMV's one chunk per lane; the GEMV of
-    # the last two splits each row along K over 4 and 8 warps (csrc/cuda/gemv.cu, GemvDeal)
+    # N = 1 takes the GEMV (its dual: the tensor cores), one 16-byte chunk per lane where rows are few:
+    # (37, 512) and (2 x 37, 1024) with 16 and 32 lanes per row, (37, 8192) and (2 x 20, 16384) each row split
+    # along K over 4 and 8 warps (csrc/cuda/gemv.cu, GemvDeal); two chunks per lane where rows fill a wave of
+    # warps (4224 on a 132-SM GPU): (4300, 256) with 4 lanes per row, (4300, 1024) blocked in row quads on
+    # 264 CTAs (k CTAs per SM)
     cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
              (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
              (None, 130, 20480, 64, "blocked"), (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"),
-             (None, 37, 1, 8192, "blocked"), (2, 20, 1, 16384, "linear")]
+             (None, 37, 1, 8192, "blocked"), (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"),
+             (None, 4300, 1, 1024, "blocked")]
     for L, m, n, k, lay in cases:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
