@@ -1,7 +1,7 @@
 """The four ops on the competition shapes: each checked against the exact
 reference, then timed. This is the project's main job (README: `make demo`).
 
-    python -m benchmarks.competition [--problem P ...] [--shapes benchmarks|tests] [--json FILE]
+    python -m benchmarks.competition [--problem P ...] [--shapes benchmarks|tests] [--json FILE] [--no-bf16]
 
 On a GPU (default: the task.yml benchmark shapes), per shape:
   t_call  GPU time of one submission.custom_kernel call after an L2 eviction (read sweep), median
@@ -89,7 +89,7 @@ def check(problem, data):
     return ok, worst
 
 
-def run(problems, which, json_path=None):
+def run(problems, which, json_path=None, bf16=True):
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     ceil = measure_ceilings() if cuda else None
@@ -112,8 +112,10 @@ def run(problems, which, json_path=None):
                 t_call = cuda_time(submission.custom_kernel, [(d,) for d in inputs], flush=flush)
                 t_loop = cuda_time_loop(submission.custom_kernel, [(d,) for d in inputs], flush=harness_flush)
                 t_host = host_time(submission.custom_kernel, [(d,) for d in inputs])
-                fn, args = bf16_baseline(problem, data)
-                t_bf16 = cuda_time(fn, [args], flush=flush, reps=30)
+                t_bf16 = float("nan")
+                if bf16:
+                    fn, args = bf16_baseline(problem, data)
+                    t_bf16 = cuda_time(fn, [args], flush=flush, reps=30)
                 row.update(t_call_us=t_call * 1e6, t_loop_us=t_loop * 1e6, host_us=t_host * 1e6, sol_us=sol * 1e6,
                            frac_sol=sol / t_call,
                            frac_sol_loop=sol / t_loop, bf16_us=t_bf16 * 1e6, speedup=t_bf16 / t_call,
@@ -144,9 +146,10 @@ def main(argv=None):
     ap.add_argument("--problem", nargs="*", default=list(tasks.PROBLEMS), choices=tasks.PROBLEMS)
     ap.add_argument("--shapes", choices=("benchmarks", "tests"), default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-bf16", action="store_true", help="skip the cuBLAS bf16 comparison (A/B runs)")
     args = ap.parse_args(argv)
     which = args.shapes or ("benchmarks" if torch.cuda.is_available() else "tests")
-    rows = run(args.problem, which, args.json)
+    rows = run(args.problem, which, args.json, bf16=not args.no_bf16)
     failed = [r for r in rows if not r["ok"]]
     print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0

@@ -192,3 +192,53 @@ def test_gemv_launches_back_to_back_on_several_streams(gen):
     for i, rep, out in runs:
         a, b = problems[i]
         assert_matches(out, ref_gemv(a, b), f"gemv {shapes[i]} launch {rep}")
+
+
+@needs_cuda
+@pytest.mark.parametrize("first,second", [("gemv", "gemv"), ("gemm", "gemv"), ("gemv", "gemm"), ("gemm", "gemm")])
+def test_launch_reads_what_the_launch_before_wrote(gen, first, second):
+    """The large fp4 operand of each reader launch is the bytes of the output the
+    launch just before it wrote (writer, reader, writer, ... back to back). The
+    kernels launch programmatically: a reader's CTAs may start while the writer
+    still runs and touch their operand's lines in L2 before they wait for it
+    (PERF.md, session 17). No stale byte may reach a result: every writer's and
+    reader's output is checked against the reference of what was really there."""
+    dev = "cuda"
+    k = 4096
+    # writer outputs of 128 KB (gemv, 8 x 8192 rows) or 2 MB (gemm 256 x 4096)
+    rows = {"gemv": 64, "gemm": 1024}[first]  # the reader's matrix: rows x k codes = the writer's bytes
+
+    def writer():
+        if first == "gemv":
+            a, b = gemv_problem(8, 8192, k, gen, dev)
+            return (a, b), poisoned((8, 8192), dev)
+        a, b = gemm_problem(None, 256, 4096, k, gen, dev)
+        return (a, b), poisoned((256, 4096), dev)
+
+    runs = []
+    for rep in range(4):
+        (wa, wb), wout = writer()
+        if second == "gemv":
+            mat, v = gemv_problem(None, rows, k, gen, dev)
+            rout = poisoned((rows,), dev)
+        else:
+            v, mat = gemm_problem(None, 128, rows, k, gen, dev)  # mat: the weights (n = rows)
+            rout = poisoned((128, rows), dev)
+        torch.cuda.synchronize()  # inputs ready; from here on only the two launches
+        getattr(nk, first)(wa.data, wb.data, wa.sf, wb.sf, out=wout)
+        mat_bytes = wout.view(torch.uint8).view(rows, k // 2)
+        if second == "gemv":
+            nk.gemv(mat_bytes, v.data, mat.sf, v.sf, out=rout)
+        else:
+            nk.gemm(v.data, mat_bytes, v.sf, mat.sf, out=rout)
+        runs.append((wa, wb, wout, mat, v, rout))
+    torch.cuda.synchronize()
+    for rep, (wa, wb, wout, mat, v, rout) in enumerate(runs):
+        wref = ref_gemv(wa, wb) if first == "gemv" else ref_gemm(wa, wb)
+        assert_matches(wout, wref, f"writer {first} {rep}")
+        mat_bytes = wout.view(torch.uint8).view(rows, k // 2)
+        if second == "gemv":
+            ref = reference.gemv(mat_bytes, v.data, mat.sf, v.sf)
+        else:
+            ref = reference.gemm(v.data, mat_bytes, v.sf, mat.sf)
+        assert_matches(rout, ref, f"reader {second} of {first}'s output, {rep}")
