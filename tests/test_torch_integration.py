@@ -200,9 +200,10 @@ def test_launch_reads_what_the_launch_before_wrote(gen, first, second):
     """The large fp4 operand of each reader launch is the bytes of the output the
     launch just before it wrote (writer, reader, writer, ... back to back). The
     kernels launch programmatically: a reader's CTAs may start while the writer
-    still runs and touch their operand's lines in L2 before they wait for it
-    (PERF.md, session 17). No stale byte may reach a result: every writer's and
-    reader's output is checked against the reference of what was really there."""
+    still runs, and must not read their operand before they wait for it (the
+    L2 prefetches measured in PERF.md session 17 would have touched it there).
+    No stale byte may reach a result: every writer's and reader's output is
+    checked against the reference of what was really there."""
     dev = "cuda"
     k = 4096
     # writer outputs of 128 KB (gemv, 8 x 8192 rows) or 2 MB (gemm 256 x 4096)
