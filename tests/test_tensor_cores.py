@@ -144,6 +144,39 @@ def test_activation_tile(gen, m, tile):
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} on cuda")
 
 
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,sizes", [("gemm", [5]), ("gemm", [40]), ("gemm", [100]), ("dual", [20]), ("dual", [100]),
+                                      ("group", [40, 200])])
+def test_padding_rows_are_not_read(gen, op, sizes):
+    """A tile's activation rows past M are neither copied nor decoded: their
+    columns of the fp16 tile in shared memory keep what the kernel before left
+    there. Here that is NaN (a launch whose activation scales are all NaN,
+    one 128-row tile per SM, just before), and the products of those columns
+    must reach no stored output. Tiles of 32, 64 and 128 rows, dual (whose
+    64-row tile still decodes its padding), grouped."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    nan_a, nan_b = gemm_problem(None, 128, 256 * sms, 256, gen, "cuda")
+    nan_a.sf.view(torch.uint8).fill_(0x7F)  # e4m3 NaN
+    n, k = 300, 1024
+    probs = [gemm_problem(None, m, n, k, gen, "cuda", ("linear", "blocked")) for m in sizes]
+    b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
+    outs = [poisoned((m, n), "cuda") for m in sizes]
+    (a, b), out = probs[0], outs[0]
+    nk.gemm(nan_a.data, nan_b.data, nan_a.sf, nan_b.sf)
+    if op == "gemm":
+        run("cuda", lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out))
+        refs = [ref_gemm(a, b)]
+    elif op == "dual":
+        run("cuda", lambda: nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf, out=out))
+        refs = [reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf)]
+    else:
+        run("cuda", lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],
+                                          [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs))
+        refs = [ref_gemm(a, b) for a, b in probs]
+    for m, o, r in zip(sizes, outs, refs):
+        assert_matches(o, r, f"{op} M={m} N={n} K={k} after a launch that left NaN in shared memory")
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("m,n,gemv", [(2, 300, True), (3, 129, True), (4, 1024, True), (200, 4, True), (5, 300, False)])
 def test_few_rows_take_the_gemv(gen, m, n, gemv):

@@ -15,7 +15,8 @@
  *     into a 6-slot ring (mbarriers per slot: landed; read by every thread,
  *     since a slot's copies and its decode are done by different threads);
  *     decode of the activation rows into a 4-slot ring of fp16 tiles
- *     (128-byte swizzle), 128 / TM threads per row.
+ *     (128-byte swizzle), 128 / TM threads per row; rows past M (a tile's
+ *     padding) are neither copied nor decoded.
  *   warpgroups 1 and 2, consumers (208 registers): 128 weight rows each
  *     (2 x 64 fp32 accumulators of 64 x 128), every K step, each issuing
  *     its 8 wgmma m64n128k16 as soon as its fragments are decoded (no turn
@@ -68,6 +69,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <type_traits>
 
 #include "common.cuh"
 #include "ptx_sm90.cuh"
@@ -116,14 +118,17 @@ __host__ __device__ constexpr int raw_chunk(int r, int j) { return r * 32 + 16 *
  * 32-byte rows instead of half of 32 rows: half the L1 lookups) and of the
  * scales (one row per thread: in the blocked layout a warp's 32 rows are 512
  * contiguous bytes); then the thread's arrival on the stage's barrier once
- * they have landed. Rows past the end copy the last row (clamped): their
- * products land only in output rows and columns that are never stored. */
-template <bool DUAL, int TM>
+ * they have landed. Weight rows past the end copy the last row (clamped);
+ * activation rows past the end (a tile's padding, M < TM) are neither copied
+ * nor decoded: their columns of the fp16 tile keep whatever they held, and
+ * the products of either land only in outputs that are never stored. */
+template <bool DUAL, int TM, bool PAD>
 struct StageCopies {
   using L = Layout<TM>;
   static constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
   const uint8_t *a_src[A_COPIES], *b_src[4], *sa_src, *sb_src[2];
   int sa_step, sb_step[2], kbeg, r, half, pr;
+  int a_live = 7; /* PAD: bit c, activation row pr + 64 c exists; bit 2, row r (its scales) */
 
   /* problem p, batch l, tile origin (n0, m0), its K steps from kbeg */
   __device__ __forceinline__ StageCopies(const nvfp4_matmul &p, int l, int64_t n0, int64_t m0, int kbeg, int i)
@@ -136,6 +141,7 @@ struct StageCopies {
 #pragma unroll
     for (int c = 0; c < A_COPIES; c++)
       a_src[c] = p.a.data + l * p.a.batch_stride + clamp(m0 + pr + 64 * c, p.m) * p.a.row_stride + 16 * half;
+    if (PAD) a_live = (m0 + pr < p.m ? 1 : 0) | (m0 + pr + 64 < p.m ? 2 : 0) | (m0 + i < p.m ? 4 : 0);
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       const nvfp4_operand &bop = (DUAL && c >= 2) ? p.b2 : p.b;
@@ -161,10 +167,11 @@ struct StageCopies {
     const int kk = (kbeg + ks) * 32;
 #pragma unroll
     for (int c = 0; c < A_COPIES; c++)
-      if (TM >= 64 || pr < TM) cp_async_16(stage + L::RAW_A + raw_chunk(pr + 64 * c, half), a_src[c] + kk, 16);
+      if ((TM >= 64 || pr < TM) && (!PAD || (a_live >> c & 1)))
+        cp_async_16(stage + L::RAW_A + raw_chunk(pr + 64 * c, half), a_src[c] + kk, 16);
 #pragma unroll
     for (int c = 0; c < 4; c++) cp_async_16(stage + L::RAW_B + raw_chunk(pr + 64 * c, half), b_src[c] + kk, 16);
-    if (TM == 128 || r < TM) cp_async_4(stage + L::RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+    if ((TM == 128 || r < TM) && (!PAD || (a_live & 4))) cp_async_4(stage + L::RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
 #pragma unroll
     for (int c = 0; c < 2; c++)
       cp_async_4(stage + L::RAW_SFB + (r + 128 * c) * 4, sb_src[c] + (kbeg + ks) * sb_step[c], 4);
@@ -321,84 +328,101 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x;
       const nvfp4_matmul &p = t.p[pg];
       /* ---- producer: the copies of every K step (StageCopies); decode of
-       * activation row(s) ar into the fp16 tile. */
-      const StageCopies<DUAL, TM> copies(p, l, n0, m0, kbeg, tid);
-      /* the activation decode: TPR threads per row, BPT scale blocks (16
-       * values) each, blocks t0 .. t0 + BPT - 1 of row ar */
-      constexpr int TPR = 128 / TM, BPT = 4 / TPR;
-      const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
-      auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
-        copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot));
-      };
-      for (int j = 0; j < STAGES && j < steps; j++) {
-        const int gj = g0 + j; /* SK: the slot's last use (a step of the last segment) must be read */
-        if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
-        load(gj % STAGES, j);
-      }
-      NVFP4_TRACE_POINT(tid == 0, 9);
+       * activation row(s) ar into the fp16 tile. A tile with rows past the
+       * activation's end (PAD: a tile of M < TM rows, the last tile of a
+       * group) skips their copies and decode, 7-10% off the padded launches;
+       * the full tiles' loop is compiled apart, without the tests (they cost
+       * the full tiles 1-3%; PERF.md, session 18). */
+      auto produce = [&](auto pad) {
+        constexpr bool PAD = decltype(pad)::value;
+        const StageCopies<DUAL, TM, PAD> copies(p, l, n0, m0, kbeg, tid);
+        /* the activation decode: TPR threads per row, BPT scale blocks (16
+         * values) each, blocks t0 .. t0 + BPT - 1 of row ar */
+        constexpr int TPR = 128 / TM, BPT = 4 / TPR;
+        const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
+        const bool live = !PAD || m0 + ar < p.m;
+        auto load = [&](int slot, int ks) { /* step ks (relative to kbeg) into ring slot */
+          copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot));
+        };
+        for (int j = 0; j < STAGES && j < steps; j++) {
+          const int gj = g0 + j; /* SK: the slot's last use (a step of the last segment) must be read */
+          if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
+          load(gj % STAGES, j);
+        }
+        NVFP4_TRACE_POINT(tid == 0, 9);
 
-      for (int j = 0; j < steps; j++) {
-        const int gj = g0 + j, slot = gj % STAGES, buf = gj % NA16;
-        mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
-        NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
-        if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
-        const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-        /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
-         * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
-         * chunk 2i + h, word t of the row's fp16 tile */
-        uint32_t w[2][BPT];
-        if constexpr (BPT == 4) {
-          const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
-          const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
-          w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
-          w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
-        } else if constexpr (BPT == 2) {
-          const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
-          w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
-        } else {
-          const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
-          w[0][0] = c.x, w[1][0] = c.y;
-        }
-        const uint32_t sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
-        /* this thread's reads of the slot are done: its refill (by producer
-         * threads that decode other rows, one step later) waits for every
-         * reader. Every thread arrives: racecheck orders a thread's reads
-         * before another's writes through the thread's own arrival, not
-         * through a __syncwarp and lane 0's (PERF.md, session 14). */
-        mbar_arrive(bar(BAR_EMPTY + slot));
-        uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
-        if constexpr (BPT == 1) {
-          sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
-        } else {
+        for (int j = 0; j < steps; j++) {
+          const int gj = g0 + j, slot = gj % STAGES, buf = gj % NA16;
+          mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
+          NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
+          if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
+          const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
+          /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
+           * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
+           * chunk 2i + h, word t of the row's fp16 tile */
+          uint32_t w[2][BPT], sf;
+          if (live) {
+            if constexpr (BPT == 4) {
+              const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
+              const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
+              w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
+              w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
+            } else if constexpr (BPT == 2) {
+              const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
+              w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
+            } else {
+              const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
+              w[0][0] = c.x, w[1][0] = c.y;
+            }
+            sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
+          }
+          /* this thread's reads of the slot are done: its refill (by producer
+           * threads that decode other rows, one step later) waits for every
+           * reader. Every thread arrives: racecheck orders a thread's reads
+           * before another's writes through the thread's own arrival, not
+           * through a __syncwarp and lane 0's (PERF.md, session 14). */
+          mbar_arrive(bar(BAR_EMPTY + slot));
+          if (live) {
+            uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
+            if constexpr (BPT == 1) {
+              sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
+            } else {
 #pragma unroll
-          for (int q = 0; q < BPT; q += 2) {
-            const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
-            sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
+              for (int q = 0; q < BPT; q += 2) {
+                const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
+                sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
+              }
+            }
+            uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              uint32_t d[BPT][4];
+#pragma unroll
+              for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
+#pragma unroll
+              for (int i = 0; i < 4; i++) {
+                uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
+                if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
+                else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
+                else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
+              }
+            }
+          }
+          fence_proxy_async_smem();
+          mbar_arrive(bar(BAR_A16_FULL + buf));
+          /* refill the slot of step j-1 once every consumer and producer warp has read it */
+          if (j >= 1 && j - 1 + STAGES < steps) {
+            const int old = (gj - 1) % STAGES;
+            mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
+            load(old, j - 1 + STAGES);
           }
         }
-        uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          uint32_t d[BPT][4];
-#pragma unroll
-          for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
-#pragma unroll
-          for (int i = 0; i < 4; i++) {
-            uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
-            if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
-            else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
-            else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
-          }
-        }
-        fence_proxy_async_smem();
-        mbar_arrive(bar(BAR_A16_FULL + buf));
-        /* refill the slot of step j-1 once every consumer and producer warp has read it */
-        if (j >= 1 && j - 1 + STAGES < steps) {
-          const int old = (gj - 1) % STAGES;
-          mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
-          load(old, j - 1 + STAGES);
-        }
-      }
+      };
+      /* not in the stream-K kernel and the dual's 64-row tile: there the
+       * second loop made every tile 1-3% slower and the padded ones no faster */
+      if constexpr (SK || (DUAL && TM == 64)) produce(std::false_type{});
+      else if (m0 + TM <= p.m) produce(std::false_type{});
+      else produce(std::true_type{});
       NVFP4_TRACE_POINT(tid == 0, 3);
       pdl_launch_dependents();
       /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
