@@ -41,6 +41,7 @@ echo "built in ${build_s}s"
 
 echo "== tests"
 timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
+status=${PIPESTATUS[0]}
 test_line=$(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest.log" | tail -1)
 
 san_line="skipped"
@@ -52,6 +53,7 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     rc=$?
     tail -3 "$OUT/sanitize_$tool.log"
     san_line="$san_line $tool: $([ $rc = 0 ] && echo clean || echo "rc=$rc")"
+    [ $rc = 0 ] || status=1
   done
 fi
 
@@ -78,5 +80,7 @@ if [ -f "$OUT/bench.log" ]; then
   grep -E "^ceilings" "$OUT/bench.log"
   grep -E "^(gemv|gemm|dual_gemm|group_gemm) " "$OUT/bench.log" | cut -c1-200
 fi
-[ -f "$OUT/gemm.log" ] && grep -E "competition shapes" "$OUT/gemm.log"
-[ -f "$OUT/gemv.log" ] && grep -E "^competition shapes" "$OUT/gemv.log"
+if [ -f "$OUT/gemm.log" ]; then grep -E "competition shapes" "$OUT/gemm.log"; fi
+if [ -f "$OUT/gemv.log" ]; then grep -E "^competition shapes" "$OUT/gemv.log"; fi
+# the exit status: the tests' and the sanitizers' (the benchmarks print their own failures)
+exit "$status"
