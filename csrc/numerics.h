@@ -167,40 +167,49 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
   return __half22float2(*reinterpret_cast<const __half2 *>(&bits));
 }
 
-/* ---- fp16 decoders for the tensor-core kernels --------------------------
- * An e2m1 code's bits dropped into an fp16 (sign -> bit 15, e1 e0 m -> bits
- * 11..9) read value * 2^-14 exactly, subnormal 0.5 included: fp16's exponent
- * bias is 15, e2m1's 1. One fp16 multiply by (scale * 2^7) then gives
- * value * scale * 2^-7, exact: at most 5 significant bits, the lowest no
- * finer than 2^-17, magnitude at most 21 (fp16 keeps 11 bits down to 2^-24).
- * (scale * 2^7 itself is exact: 2^-2 .. 57344.) The 2^-7 keeps both operands
- * inside fp16; a kernel multiplies its fp32 sums by 2^14 (NVFP4_TC_UNSCALE),
- * a power of two, so the results equal the unscaled sums bit for bit. */
-#define NVFP4_TC_UNSCALE 16384.0f
-
-/* Two e4m3 bytes (low byte first) -> fp16x2 bits {s0 * 2^7, s1 * 2^7}, exact,
- * NaN kept. */
-__device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_half2_x128(uint32_t two_bytes) {
-  return mul_f16x2(nvfp4_e4m3x2_to_half2_bits(two_bytes), 0x58005800u); /* 128.0 in both halves */
-}
+/* ---- fp16 decoder for the tensor-core kernels ---------------------------
+ * A code's bits dropped into an e4m3 byte (s 0 0 e1 e0 m 0 0) read
+ * value * 2^-6 exactly, subnormal 0.5 included: e4m3's exponent bias is 7,
+ * e2m1's 1. The hardware cvt (sm_89+) turns two such bytes into fp16x2, and
+ * one fp16 multiply by the scale (nvfp4_e4m3x2_to_half2_bits of its byte)
+ * then gives value * scale * 2^-6, exact: at most 5 significant bits, the
+ * lowest no finer than 2^-16, magnitude at most 42 (fp16 keeps 11 bits down
+ * to 2^-24). The 2^-6 keeps both operands inside fp16; a kernel multiplies
+ * its fp32 sums by 2^12 (NVFP4_TC_UNSCALE), a power of two, so the results
+ * equal the unscaled sums bit for bit. 7 integer operations, 4 cvt and 4
+ * multiplies per 8 codes. (Until session 19 the bits went into an fp16
+ * directly, 13 integer operations and 4 multiplies: this is 1-4% faster on
+ * 15 of 17 tensor-core shapes measured on an H200, 1.4% slower on the M = 8
+ * gemm; PERF.md.) */
+#define NVFP4_TC_UNSCALE 4096.0f
 
 /* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 4 fp16x2 of
- * value * scale * 2^-7, where s2 = {scale * 2^7, same} (from the function
- * above): h[p] = {code p, code p + 4}, low half first.
- * Code p's magnitude bits must move by 9 - 4p and its sign by 12 - 4p. With
- * w3 = w << 3 the sign sits 6 above the magnitude, as in fp16, so one select
- * (magnitudes of codes p and p+4 from w, the rest from w3), one shift and one
- * mask build each pair; code 7's sign is already at bit 31 for p = 3. About
- * 17 instructions per 8 codes, the scale multiply included. */
+ * value * scale * 2^-6, where s2 = {scale, scale}, low half first:
+ * h = {code 0, code 2}, {4, 6}, {1, 3}, {5, 7}. The even codes (low nibbles)
+ * become the bytes of lo, the odd ones (whose sign already sits at a byte's
+ * bit 7) those of hi; each cvt reads one half of either. */
 __device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
-  const uint32_t w3 = w << 3, M = 0x8E008E00u;
-  const uint32_t v0 = (w & 0x00070007u) | (w3 & ~0x00070007u);
-  const uint32_t v1 = (w & 0x00700070u) | (w3 & ~0x00700070u);
-  const uint32_t v2 = (w & 0x07000700u) | (w3 & ~0x07000700u);
-  h[0] = mul_f16x2((v0 << 9) & M, s2);
-  h[1] = mul_f16x2((v1 << 5) & M, s2);
-  h[2] = mul_f16x2((v2 << 1) & M, s2);
-  h[3] = mul_f16x2(((w >> 3) & 0x0E000E00u) | (w & 0x80008000u), s2);
+  const uint32_t lo = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
+  const uint32_t hi = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+  uint32_t f[4];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  /* the halves as .b16 operands: ptxas reads them in place (R.H1) instead
+   * of shifting the high ones down first */
+  asm("{.reg .b16 a, b, c, d;\n\t"
+      "mov.b32 {a, b}, %4;\n\t"
+      "mov.b32 {c, d}, %5;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, a;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %1, b;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %2, c;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %3, d;\n\t}"
+      : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+      : "r"(lo), "r"(hi));
+#else
+  f[0] = nvfp4_e4m3x2_to_half2_bits(lo & 0xFFFFu), f[1] = nvfp4_e4m3x2_to_half2_bits(lo >> 16);
+  f[2] = nvfp4_e4m3x2_to_half2_bits(hi & 0xFFFFu), f[3] = nvfp4_e4m3x2_to_half2_bits(hi >> 16);
+#endif
+#pragma unroll
+  for (int i = 0; i < 4; i++) h[i] = mul_f16x2(f[i], s2);
 }
 #endif /* __CUDACC__ */
 

@@ -30,9 +30,10 @@
  * agree. Inside each 64-wide step the kernel uses the order that makes every
  * thread's fragment one 8-byte read under one scale: thread t of a quad owns
  * fp4 bytes 8t..8t+7 (values 16t..16t+15, scale block t) of its two rows.
- * wgmma position p of k16 step s holds value e = 16t + 8h + 4j + s, where
- * t = (p%8)/2, j = p%2, h = p/8 (nvfp4_e2m1x8_to_half2x4 pairs value i with
- * i+4). The activation tile is written in that same order.
+ * wgmma position p of k16 step s holds value e = 16t + 8h + 4(s%2) + s/2 + 2j,
+ * where t = (p%8)/2, j = p%2, h = p/8 (nvfp4_e2m1x8_to_half2x4's pair s is
+ * codes 4(s%2) + s/2 and that + 2). The activation tile is written by the
+ * same decoder, so in the same order.
  *
  * Split-K. With few tiles (M = 128: 16 to 28 of them) S CTAs of one cluster
  * share a tile, each a contiguous K range; the partial fp32 tiles are summed
@@ -50,20 +51,25 @@
  * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Issue slots
  * are the limit: per K step a 256 x 128 tile is 4.2 MFLOP of wgmma (1024
  * tensor cycles at peak, 4096 issue slots) against the decode of 128 x 64
- * activation and 256 x 64 weight values (~17 instructions per 8) and the
+ * activation and 256 x 64 weight values (~15 instructions per 8) and the
  * loop's loads, barriers and addressing. The 128 x 128 tile of the previous
  * version needed ~115% of its slots (Nsight: 50% of peak); this one ~80%.
+ * Nsight (session 19): a consumer warpgroup spends ~30% of its time waiting
+ * for its own wgmma and most of the rest decoding (latency and dispatch
+ * stalls, not a full pipe); the two warpgroups overlap only partly, so the
+ * step is about one decode plus one wgmma batch, not two batches.
  *
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
  * 7168x16384 moves 66 MB (15.6 us at 4.24 TB/s) for 1.9 GFLOP. A 128-row
  * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
  * (wgmma m64n32k16 / m64n64k16) and a deeper raw ring (8 or 10 slots).
- * Then the step (256 weight rows x 64 K) is bound by the weight decode in
- * the consumers' ALU pipes, ~225 instructions per warp and step, ~146 of
- * them decode: ~0.6 us per step on an H200, ~17 GB/s per SM against the 32
- * GB/s streaming needs. (Measured not to move it: TMA copies instead of
- * cp.async, 4 consumer warpgroups, mma.sync on 8- and 16-row tiles,
- * decoding the next step during the wgmma; PERF.md.)
+ * Then the step (256 weight rows x 64 K) is bound by the consumers' loop,
+ * ~205 instructions per warp and step, ~120 of them decode: ~0.6 us per
+ * step on an H200, ~17 GB/s per SM against the 32 GB/s streaming needs;
+ * without any decode it still takes ~0.5 us (PERF.md, session 18).
+ * (Measured not to move it: TMA copies instead of cp.async, 4 consumer
+ * warpgroups, mma.sync on 8- and 16-row tiles, decoding the next step during
+ * the wgmma; PERF.md.)
  */
 #include <atomic>
 #include <cmath>
@@ -383,13 +389,13 @@ __global__ void __launch_bounds__(THREADS, 1)
            * through a __syncwarp and lane 0's (PERF.md, session 14). */
           mbar_arrive(bar(BAR_EMPTY + slot));
           if (live) {
-            uint32_t sc[BPT]; /* {scale * 2^7} twice, block t0 + q */
+            uint32_t sc[BPT]; /* {scale} twice, block t0 + q */
             if constexpr (BPT == 1) {
-              sc[0] = nvfp4_e4m3x2_to_half2_x128((sf & 0xFFu) * 0x101u);
+              sc[0] = nvfp4_e4m3x2_to_half2_bits((sf & 0xFFu) * 0x101u);
             } else {
 #pragma unroll
               for (int q = 0; q < BPT; q += 2) {
-                const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128((sf >> (8 * q)) & 0xFFFFu);
+                const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits((sf >> (8 * q)) & 0xFFFFu);
                 sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
               }
             }
@@ -481,7 +487,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-          const uint32_t s01 = nvfp4_e4m3x2_to_half2_x128(sb[hf]);
+          const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits(sb[hf]);
           const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
           uint32_t h00[4], h01[4], h10[4], h11[4];
           nvfp4_e2m1x8_to_half2x4(v[hf][0].x, s0, h00);
