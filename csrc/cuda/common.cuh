@@ -32,7 +32,8 @@ __device__ __forceinline__ int table_find(const MatmulTable &t, int64_t &tile) {
 }
 
 /* x, as a value the compiler cannot see through: what is computed from it
- * again is not replaced by a copy kept alive since the first time. */
+ * again is not replaced by a copy kept alive since the first time, and x
+ * itself is kept, not recomputed from what it was computed from. */
 __device__ __forceinline__ int opaque(int x) {
   asm volatile("mov.b32 %0, %0;" : "+r"(x));
   return x;

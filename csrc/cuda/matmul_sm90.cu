@@ -465,8 +465,11 @@ __global__ void __launch_bounds__(THREADS, 1)
        * addresses computed per step: the dual 2-5% faster, the gemm 0-1.6%
        * (bench_gemm, H200, PERF.md session 9). */
       const int r00 = wg * 128 + warp * 16 + g;
-      const uint32_t b_at = smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1);
-      const uint32_t sfb_at = smem_addr + RAW_BASE + RAW_SFB + r00 * 4 + tq;
+      /* opaque: kept in registers; ptxas recomputed both from the thread index
+       * in every step (21 instructions per warp and step; PERF.md, session 20) */
+      const uint32_t b_at =
+          (uint32_t)opaque((int)(smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1)));
+      const uint32_t sfb_at = (uint32_t)opaque((int)(smem_addr + RAW_BASE + RAW_SFB + r00 * 4 + tq));
       const uint64_t desc0 = wgmma_desc_sw128(smem_addr);
       int slot = g0 % STAGES; /* SK: where the rings stand after the earlier segments */
       uint32_t full_phase = (g0 / STAGES) & 1, slot_off = slot * STAGE_BYTES;
