@@ -58,13 +58,16 @@
  * for its own wgmma and most of the rest decoding (latency and dispatch
  * stalls, not a full pipe); the two warpgroups overlap only partly, so the
  * step is about one decode plus one wgmma batch, not two batches.
+ * Probes (session 20): without either decode 4096^3 still runs at only
+ * ~0.60 of the tensor rate per cycle (cuBLAS ~0.8); the decodes add ~13%.
+ * The kernel runs at the full clock in the benchmarks (not power-capped).
  *
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
  * 7168x16384 moves 66 MB (15.6 us at 4.24 TB/s) for 1.9 GFLOP. A 128-row
  * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
  * (wgmma m64n32k16 / m64n64k16) and a deeper raw ring (8 or 10 slots).
  * Then the step (256 weight rows x 64 K) is bound by the consumers' loop,
- * ~205 instructions per warp and step, ~120 of them decode: ~0.6 us per
+ * ~185 instructions per warp and step, ~120 of them decode: ~0.6 us per
  * step on an H200, ~17 GB/s per SM against the 32 GB/s streaming needs;
  * without any decode it still takes ~0.5 us (PERF.md, session 18).
  * (Measured not to move it: TMA copies instead of cp.async, 4 consumer
