@@ -56,13 +56,15 @@ def sampled(fn, seconds=3.0):
     return n / dt, rows[3:-3] if len(rows) > 8 else rows
 
 
-def report(name, flops, rate, rows):
+def report(name, flops, rate, rows, per_cycle=True):
+    """per_cycle=False where the rate counts other work (the sweeps) too."""
     mhz = statistics.median(r[0] for r in rows) if rows else float("nan")
     watts = statistics.median(r[1] for r in rows) if rows else float("nan")
     reasons = sorted({r[2] for r in rows})
     tf = flops * rate / 1e12
-    print(f"{name:<28} {tf:7.1f} TFLOP/s  {mhz:6.0f} MHz  {watts:6.0f} W  "
-          f"{tf * 1e12 / (mhz * 1e6) / torch.cuda.get_device_properties(0).multi_processor_count:7.0f} FLOP/cycle/SM"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cyc = f"{tf * 1e12 / (mhz * 1e6) / sms:7.0f}" if per_cycle else f"{'-':>7}"
+    print(f"{name:<28} {tf:7.1f} TFLOP/s  {mhz:6.0f} MHz  {watts:6.0f} W  {cyc} FLOP/cycle/SM"
           f"  reasons {','.join(reasons)}", flush=True)
 
 
@@ -84,7 +86,7 @@ def main(argv):
             rate, rows = sampled(fn)
             report(f"{name} {m}x{n}x{k}", flops, rate, rows)
             rate, rows = sampled(lambda: (flush(), fn()))
-            report(f"{name} +flush", flops, rate, rows)
+            report(f"{name} +flush", flops, rate, rows, per_cycle=False)
         del a, b, out, x, w
 
 
