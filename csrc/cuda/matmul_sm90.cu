@@ -56,10 +56,11 @@
  * version needed ~115% of its slots (Nsight: 50% of peak); this one ~80%.
  * Nsight (session 19): a consumer warpgroup spends ~30% of its time waiting
  * for its own wgmma and most of the rest decoding (latency and dispatch
- * stalls, not a full pipe); the two warpgroups overlap only partly, so the
- * step is about one decode plus one wgmma batch, not two batches.
- * Probes (session 20): without either decode 4096^3 still runs at only
- * ~0.60 of the tensor rate per cycle (cuBLAS ~0.8); the decodes add ~13%.
+ * stalls, not a full pipe). Probes: without either decode 4096^3 takes
+ * 212 us against 248 (session 20; bf16 cuBLAS ~176), and halving the
+ * consumers' decode saves only 6% (session 21), so the decode phase is not
+ * simply the step's critical path; four consumer warpgroups of 64 rows
+ * (registers: 640 threads) measured 30% slower.
  * The kernel runs at the full clock in the benchmarks (not power-capped).
  *
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
@@ -391,6 +392,15 @@ __global__ void __launch_bounds__(THREADS, 1)
            * before another's writes through the thread's own arrival, not
            * through a __syncwarp and lane 0's (PERF.md, session 14). */
           mbar_arrive(bar(BAR_EMPTY + slot));
+          /* refill the slot of step j-1 once every consumer and producer
+           * thread has read it: before this step's decode rather than after
+           * it, so the copies go out one decode earlier (small M 3% faster,
+           * the rest 0-1%; PERF.md, session 21) */
+          if (j >= 1 && j - 1 + STAGES < steps) {
+            const int old = (gj - 1) % STAGES;
+            mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
+            load(old, j - 1 + STAGES);
+          }
           if (live) {
             uint32_t sc[BPT]; /* {scale} twice, block t0 + q */
             if constexpr (BPT == 1) {
@@ -419,12 +429,6 @@ __global__ void __launch_bounds__(THREADS, 1)
           }
           fence_proxy_async_smem();
           mbar_arrive(bar(BAR_A16_FULL + buf));
-          /* refill the slot of step j-1 once every consumer and producer warp has read it */
-          if (j >= 1 && j - 1 + STAGES < steps) {
-            const int old = (gj - 1) % STAGES;
-            mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
-            load(old, j - 1 + STAGES);
-          }
         }
       };
       /* not in the stream-K kernel and the dual's 64-row tile: there the
