@@ -211,6 +211,29 @@ __device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2,
 #pragma unroll
   for (int i = 0; i < 4; i++) h[i] = mul_f16x2(f[i], s2);
 }
+
+/* A thread's register fragments of wgmma's A operand (fp16, m64nNk16) for
+ * one K step of 64 of two weight rows, g and g + 8 of its warp's 16: v0 and
+ * v1 their 8 fp4 bytes that the thread owns (thread t of a quad: bytes
+ * 8t..8t+7, one scale block), sb their two scale bytes (row g's low). f[s]:
+ * the 4 registers of k16 step s, (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8),
+ * in the K order of nvfp4_e2m1x8_to_half2x4 (matmul_sm90.cu, "K order"). */
+__device__ __forceinline__ void nvfp4_wgmma_a_fragments(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
+  const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits(sb);
+  const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
+  uint32_t h00[4], h01[4], h10[4], h11[4];
+  nvfp4_e2m1x8_to_half2x4(v0.x, s0, h00);
+  nvfp4_e2m1x8_to_half2x4(v0.y, s0, h01);
+  nvfp4_e2m1x8_to_half2x4(v1.x, s1, h10);
+  nvfp4_e2m1x8_to_half2x4(v1.y, s1, h11);
+#pragma unroll
+  for (int s = 0; s < 4; s++) {
+    f[s][0] = h00[s];
+    f[s][1] = h10[s];
+    f[s][2] = h01[s];
+    f[s][3] = h11[s];
+  }
+}
 #endif /* __CUDACC__ */
 
 #endif /* NVFP4_NUMERICS_H */

@@ -34,14 +34,7 @@
 
 #include "cuda/ptx_sm90.cuh"
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
+#include "cuda_check.cuh"
 
 __global__ void sweep_kernel(const uint4 *p, size_t n, unsigned *sink) {
   unsigned x = 0;

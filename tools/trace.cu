@@ -40,14 +40,7 @@
 extern "C" cudaError_t nvfp4_trace_attach_sm90(unsigned long long *buf);
 extern "C" cudaError_t nvfp4_trace_attach_gemv(unsigned long long *buf);
 
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
+#include "cuda_check.cuh"
 
 __global__ void fill_kernel(uint8_t *p, size_t n, uint32_t seed, int scales) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {

@@ -60,7 +60,11 @@
  * 212 us against 248 (session 20; bf16 cuBLAS ~176), and halving the
  * consumers' decode saves only 6% (session 21), so the decode phase is not
  * simply the step's critical path; four consumer warpgroups of 64 rows
- * (registers: 640 threads) measured 30% slower.
+ * (registers: 640 threads) measured 30% slower. The loop rebuilt alone
+ * (tools/wgmma_rate.cu, session 22): the wgmma structure runs at the tensor
+ * peak; the producer's work and the barriers cost ~15% of it, the
+ * per-thread copies ~25% more; activations decoded before the kernel and
+ * brought in by one bulk copy per step took it from 1731 to 1228 cycles.
  * The kernel runs at the full clock in the benchmarks (not power-capped).
  *
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
@@ -496,22 +500,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         else slot_off += STAGE_BYTES;
         uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-          const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits(sb[hf]);
-          const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
-          uint32_t h00[4], h01[4], h10[4], h11[4];
-          nvfp4_e2m1x8_to_half2x4(v[hf][0].x, s0, h00);
-          nvfp4_e2m1x8_to_half2x4(v[hf][0].y, s0, h01);
-          nvfp4_e2m1x8_to_half2x4(v[hf][1].x, s1, h10);
-          nvfp4_e2m1x8_to_half2x4(v[hf][1].y, s1, h11);
-#pragma unroll
-          for (int s = 0; s < 4; s++) {
-            f[hf][s][0] = h00[s];
-            f[hf][s][1] = h10[s];
-            f[hf][s][2] = h01[s];
-            f[hf][s][3] = h11[s];
-          }
-        }
+        for (int hf = 0; hf < 2; hf++) nvfp4_wgmma_a_fragments(v[hf][0], v[hf][1], sb[hf], f[hf]);
         /* descriptor address field: (byte address) / 16, + 2 per k16 step */
         const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
         mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
