@@ -212,6 +212,39 @@ __device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2,
   for (int i = 0; i < 4; i++) h[i] = mul_f16x2(f[i], s2);
 }
 
+/* The activations' side of the same K order: scale blocks t0 .. t0 + BPT - 1
+ * of one row and K step of 64 as fp16, the words of matmul_sm90.cu's fp16
+ * tile row (its shared-memory wgmma operand, built in shared memory by the
+ * producer or in global memory by the pre-pass). sf: the blocks' scale bytes,
+ * block t0 lowest; sc[q] = {scale of block t0 + q} twice. */
+template <int BPT>
+__device__ __forceinline__ void nvfp4_act_scales(uint32_t sf, uint32_t (&sc)[BPT]) {
+  if constexpr (BPT == 1) {
+    sc[0] = nvfp4_e4m3x2_to_half2_bits((sf & 0xFFu) * 0x101u);
+  } else {
+#pragma unroll
+    for (int q = 0; q < BPT; q += 2) {
+      const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits((sf >> (8 * q)) & 0xFFFFu);
+      sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
+    }
+  }
+}
+
+/* w[q]: fp4 bytes 8(t0 + q) + 4h .. + 3 of the row (half h of block t0 + q).
+ * d[i][q] -> word t0 + q of the row's 16-byte chunk 2i + h (chunk c holds
+ * fp16 positions 8c .. 8c + 7 of the 64, k16 step c / 2). */
+template <int BPT>
+__device__ __forceinline__ void nvfp4_act_half(const uint32_t (&w)[BPT], const uint32_t (&sc)[BPT],
+                                               uint32_t (&d)[4][BPT]) {
+#pragma unroll
+  for (int q = 0; q < BPT; q++) {
+    uint32_t h[4];
+    nvfp4_e2m1x8_to_half2x4(w[q], sc[q], h);
+#pragma unroll
+    for (int i = 0; i < 4; i++) d[i][q] = h[i];
+  }
+}
+
 /* A thread's register fragments of wgmma's A operand (fp16, m64nNk16) for
  * one K step of 64 of two weight rows, g and g + 8 of its warp's 16: v0 and
  * v1 their 8 fp4 bytes that the thread owns (thread t of a quad: bytes

@@ -78,7 +78,9 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
 nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
 /* Device scratch for a launch that can use it (today the Hopper tensor-core
- * kernel where whole tiles would leave SMs idle: stream-K). Called with the
+ * kernel: stream-K partials where whole tiles would leave SMs idle, and the
+ * activations pre-decoded to fp16 where that pays, 2 bytes per value of
+ * 128-row tiles, at most 1 GiB per launch). Called with the
  * bytes the launch's plan needs; returns 16-byte aligned device memory that
  * the launch may use in stream order on its stream (contents not kept), or
  * NULL: the launch then runs without it. */
@@ -89,7 +91,9 @@ typedef void *(*nvfp4_workspace_fn)(size_t bytes, void *ctx);
  * within fp32 summation order. Stream-K launches are planned for one CTA per
  * SM of the device; where the process gets fewer SMs (MPS limits, green
  * contexts) they stay correct but run in waves: NVFP4_STREAM_K=0 in the
- * environment before the first call turns them off. */
+ * environment before the first call turns them off. NVFP4_PREDECODE=0 (never)
+ * or 1 (wherever the tile allows) overrides the cost model's choice of
+ * pre-decoding. */
 nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace, void *ctx,
                                   cudaStream_t stream);
 

@@ -9,6 +9,7 @@
 #   PYTEST_ARGS="tests/test_tensor_cores.py -x" BENCH_GEMV=0 bash scripts/gpu_check.sh
 #   BUILD=0 bash scripts/gpu_check.sh   # the extension an earlier step of the same call built
 #   BENCH=0 BENCH_GEMM=0 BENCH_GEMV=0 bash scripts/gpu_check.sh   # tests and sanitizers only
+#   PREDECODE_TESTS=0 bash scripts/gpu_check.sh   # skip the tensor-core tests' NVFP4_PREDECODE=0/1 reruns
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -43,17 +44,35 @@ echo "== tests"
 timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
 status=${PIPESTATUS[0]}
 test_line=$(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest.log" | tail -1)
+# The 128-row tensor-core launches both ways: activations pre-decoded by a
+# pre-pass (NVFP4_PREDECODE=1) and decoded by the kernel's producer (0);
+# unset, the cost model picks one per launch (csrc/cuda/matmul_sm90.cu).
+if [ "${PREDECODE_TESTS:-1}" = 1 ] && [ -z "${PYTEST_ARGS:-}" ]; then
+  for pre in 0 1; do
+    echo "== tensor-core tests, NVFP4_PREDECODE=$pre"
+    NVFP4_PREDECODE=$pre timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider tests/test_tensor_cores.py \
+      2>&1 | tee "$OUT/pytest_pre$pre.log" | tail -3
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    test_line="$test_line; NVFP4_PREDECODE=$pre: $(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest_pre$pre.log" | tail -1)"
+  done
+fi
 
 san_line="skipped"
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
   san_line=""
+  # each tool twice: as the cost model picks, then every 128-row launch pre-decoded
   for tool in memcheck racecheck; do
-    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_cases.py >"$OUT/sanitize_$tool.log" 2>&1
-    rc=$?
-    tail -3 "$OUT/sanitize_$tool.log"
-    san_line="$san_line $tool: $([ $rc = 0 ] && echo clean || echo "rc=$rc")"
-    [ $rc = 0 ] || status=1
+    for pre in auto 1; do
+      log="$OUT/sanitize_$tool$([ $pre = 1 ] && echo _pre).log"
+      if [ $pre = 1 ]; then export NVFP4_PREDECODE=1; else unset NVFP4_PREDECODE; fi
+      timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_cases.py >"$log" 2>&1
+      rc=$?
+      unset NVFP4_PREDECODE
+      tail -3 "$log"
+      san_line="$san_line $tool$([ $pre = 1 ] && echo " (pre-decoded)"): $([ $rc = 0 ] && echo clean || echo "rc=$rc")"
+      [ $rc = 0 ] || status=1
+    done
   done
 fi
 

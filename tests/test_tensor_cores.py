@@ -140,7 +140,7 @@ def test_activation_tile(gen, m, tile):
     """The tensor-core kernel takes the smallest activation tile that holds M."""
     a, b = gemm_problem(None, m, 256, 1024, gen, "cuda")
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
-    assert any(re.search(rf"matmul_sm90_kernel<false, {tile}, false>", n) for n in names), names
+    assert any(re.search(rf"matmul_sm90_kernel<false, {tile}, false,", n) for n in names), names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} on cuda")
 
 
@@ -355,13 +355,42 @@ def test_stream_k(gen, op, L):
         del stale  # its block goes back to the allocator's pool, bytes and all
         out = poisoned(((L,) if L else ()) + (m, n), "cuda")
         if op == "gemm":
-            run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out), "matmul_sm90_kernel<false, 128, true>")
+            run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out), "matmul_sm90_kernel<false, 128, true,")
             ref = ref_gemm(a, b1)
         else:
             run("cuda", lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out),
-                "matmul_sm90_kernel<true, 128, true>")
+                "matmul_sm90_kernel<true, 128, true,")
             ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
         assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda (stream-K)")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,L,m,n,k", [("gemm", 2, 1000, 16381, 4096), ("dual", None, 500, 4000, 8192)])
+def test_predecoded(gen, op, L, m, n, k):
+    """Whole tiles for every multiprocessor (no split-K) and many K steps per
+    CTA against few activation bytes: the cost model has the 128-row launch
+    pre-decode its activations (act_predecode_kernel writes
+    every fp16 tile to the workspace, zeros in the rows past M; the main
+    kernel brings a tile in per K step by one bulk copy; matmul_sm90.cu,
+    Predecoded). Tails in M and N, batched, both scale layouts. With
+    NVFP4_PREDECODE=0 in the environment the same shapes must take the
+    decoding kernel (scripts/gpu_check.sh runs the tensor-core tests with it
+    at 0 and at 1, every 128-row case both ways)."""
+    pre = os.environ.get("NVFP4_PREDECODE") != "0"
+    a, b1 = gemm_problem(L, m, n, k, gen, "cuda", ("blocked", "linear"))
+    b2 = random_operand(L, n, k, gen=gen, device="cuda", layout="linear")
+    out = poisoned(((L,) if L else ()) + (m, n), "cuda")
+    if op == "gemm":
+        _, names = launched(lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out))
+        ref = ref_gemm(a, b1)
+    else:
+        _, names = launched(lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
+        ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+    main = [re.search(r"matmul_sm90_kernel<[^>]*, (true|false)>", n_) for n_ in names]
+    main = [m_[1] for m_ in main if m_]  # the last template argument: PRE
+    assert main == (["true"] if pre else ["false"]), names
+    assert any("act_predecode_kernel" in n_ for n_ in names) == pre, names
+    assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda (pre-decoded: {pre})")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
@@ -415,7 +444,7 @@ def test_stream_k_group(gen):
     outs = [poisoned((m, n), "cuda") for m, n in sizes]
     run("cuda", lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],
                                       [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs),
-        "matmul_sm90_kernel<false, 128, true>")
+        "matmul_sm90_kernel<false, 128, true,")
     for g, ((a, b), out) in enumerate(zip(probs, outs)):
         assert_matches(out, ref_gemm(a, b), f"group_gemm group {g} of {sizes} on cuda (stream-K)")
 

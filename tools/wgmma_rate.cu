@@ -273,12 +273,6 @@ __device__ __forceinline__ void mbar_wait_spin(uint32_t addr, uint32_t parity) {
       : "memory");
 }
 
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 template <int COPY, int MODE>
 __global__ void __launch_bounds__(384, 1) pipe_kernel(int steps, const uint8_t *src, long long nsrc, long long *cycles, float *sink) {
 #if NVFP4_SM90A
@@ -328,10 +322,10 @@ __global__ void __launch_bounds__(384, 1) pipe_kernel(int steps, const uint8_t *
         if (tid < 32) {
           const uint8_t *g_w = src + (512 + ((long long)step * gridDim.x + blockIdx.x) % (nsrc - 512)) * SLOT;
           const uint32_t d = base + RAW + slot * SLOT, b = bar(FULL + slot);
-          if (tid == 0) asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(SFA - W + SLOT - SFB) : "memory");
+          if (tid == 0) mbar_arrive_expect_tx(b, SFA - W + SLOT - SFB);
           __syncwarp();
-          for (int r = tid; r < 256; r += 32) bulk_g2s(d + W + 32 * r, g_w + W + 32 * r, 32, b);
-          if (tid < 2) bulk_g2s(d + SFB + 512 * tid, g_w + SFB + 512 * tid, 512, b);
+          for (int r = tid; r < 256; r += 32) bulk_copy_g2s(d + W + 32 * r, g_w + W + 32 * r, 32, b);
+          if (tid < 2) bulk_copy_g2s(d + SFB + 512 * tid, g_w + SFB + 512 * tid, 512, b);
         }
       } else if (COPY >= 3) { /* one thread, bulk copies (TMA, 1-D) of the four regions */
         if (tid == 0) {
@@ -339,14 +333,14 @@ __global__ void __launch_bounds__(384, 1) pipe_kernel(int steps, const uint8_t *
           const uint8_t *g_w = COPY == 3 ? g_l2 : src + (512 + ((long long)step * gridDim.x + blockIdx.x) % (nsrc - 512)) * SLOT;
           const uint32_t d = base + RAW + slot * SLOT, b = bar(FULL + slot);
           if (COPY == 5) {
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(SFA - W + SLOT - SFB) : "memory");
+            mbar_arrive_expect_tx(b, SFA - W + SLOT - SFB);
           } else {
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(SLOT) : "memory");
-            bulk_g2s(d + ACT, g_l2 + ACT, W - ACT, b);
-            bulk_g2s(d + SFA, g_l2 + SFA, SFB - SFA, b);
+            mbar_arrive_expect_tx(b, SLOT);
+            bulk_copy_g2s(d + ACT, g_l2 + ACT, W - ACT, b);
+            bulk_copy_g2s(d + SFA, g_l2 + SFA, SFB - SFA, b);
           }
-          bulk_g2s(d + W, g_w + W, SFA - W, b);
-          bulk_g2s(d + SFB, g_w + SFB, SLOT - SFB, b);
+          bulk_copy_g2s(d + W, g_w + W, SFA - W, b);
+          bulk_copy_g2s(d + SFB, g_w + SFB, SLOT - SFB, b);
         }
       } else {
         /* activations and their scales from the L2-resident slots; COPY 2:
@@ -368,8 +362,8 @@ __global__ void __launch_bounds__(384, 1) pipe_kernel(int steps, const uint8_t *
         const int slot = j % STAGES, buf = j % NA16;
         if (j >= NA16) wait(1, bar(A16E + buf), ((j / NA16) - 1) & 1);
         if (tid == 0) {
-          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar(A16F + buf)), "r"(A16_BYTES) : "memory");
-          bulk_g2s(base + buf * A16_BYTES, src + ((blockIdx.x * 3 + j) % 256) * (long long)A16_BYTES, A16_BYTES, bar(A16F + buf));
+          mbar_arrive_expect_tx(bar(A16F + buf), A16_BYTES);
+          bulk_copy_g2s(base + buf * A16_BYTES, src + ((blockIdx.x * 3 + j) % 256) * (long long)A16_BYTES, A16_BYTES, bar(A16F + buf));
         }
         mbar_arrive(bar(EMPTY + slot));
         if (j >= 1 && j - 1 + STAGES < steps) {

@@ -40,6 +40,13 @@
  * through distributed shared memory in rank order: deterministic, no
  * workspace, no extra launch. S is chosen from the clusters that fit at once.
  *
+ * Pre-decoded activations (PRE, 128-row tiles of launches of whole tiles, a
+ * workspace given; Predecoded below): a pre-pass kernel decodes every
+ * activation tile once into fp16 tiles in the workspace and the producer
+ * brings each K step's tile in by one bulk copy, decoding nothing; only
+ * where the cost model (predecode_pays) expects it to pay: the main kernel
+ * ~9% faster, the pre-pass ~2 us plus 2.28 bytes per tile byte.
+ *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
  * takes an equal share of all tiles' K steps instead, partials through a
@@ -65,6 +72,8 @@
  * peak; the producer's work and the barriers cost ~15% of it, the
  * per-thread copies ~25% more; activations decoded before the kernel and
  * brought in by one bulk copy per step took it from 1731 to 1228 cycles.
+ * In this kernel the same change (PRE) saved 8.5-10.7% of the main
+ * kernel's time, not 29% (session 23).
  * The kernel runs at the full clock in the benchmarks (not power-capped).
  *
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
@@ -126,6 +135,11 @@ struct Layout {
 /* Byte offset of 16-byte chunk j (0, 1) of raw row r in a stage (Layout). */
 __host__ __device__ constexpr int raw_chunk(int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); }
 
+/* Byte offset of 16-byte chunk c (0..7: fp16 values 8c .. 8c + 7 of the K
+ * step, "K order") of row r in an fp16 activation tile: 128-byte rows, the
+ * 128-byte swizzle of wgmma's shared-memory operand. */
+__host__ __device__ constexpr int a16_chunk(int r, int c) { return r * 128 + 16 * (c ^ (r & 7)); }
+
 /* The copies of one raw stage (K step) that thread i (0..127) of the copying
  * warpgroup issues: of the A and B tiles (thread pairs share a row: lane
  * 2i + h copies chunk h of row i, so one copy instruction covers 16 whole
@@ -135,8 +149,9 @@ __host__ __device__ constexpr int raw_chunk(int r, int j) { return r * 32 + 16 *
  * they have landed. Weight rows past the end copy the last row (clamped);
  * activation rows past the end (a tile's padding, M < TM) are neither copied
  * nor decoded: their columns of the fp16 tile keep whatever they held, and
- * the products of either land only in outputs that are never stored. */
-template <bool DUAL, int TM, bool PAD>
+ * the products of either land only in outputs that are never stored.
+ * ACT = false (the pre-decoded launches): the weights and their scales only. */
+template <bool DUAL, int TM, bool PAD, bool ACT = true>
 struct StageCopies {
   using L = Layout<TM>;
   static constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
@@ -181,11 +196,11 @@ struct StageCopies {
     const int kk = (kbeg + ks) * 32;
 #pragma unroll
     for (int c = 0; c < A_COPIES; c++)
-      if ((TM >= 64 || pr < TM) && (!PAD || (a_live >> c & 1)))
+      if (ACT && (TM >= 64 || pr < TM) && (!PAD || (a_live >> c & 1)))
         cp_async_16(stage + L::RAW_A + raw_chunk(pr + 64 * c, half), a_src[c] + kk, 16);
 #pragma unroll
     for (int c = 0; c < 4; c++) cp_async_16(stage + L::RAW_B + raw_chunk(pr + 64 * c, half), b_src[c] + kk, 16);
-    if ((TM == 128 || r < TM) && (!PAD || (a_live & 4))) cp_async_4(stage + L::RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+    if (ACT && (TM == 128 || r < TM) && (!PAD || (a_live & 4))) cp_async_4(stage + L::RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
 #pragma unroll
     for (int c = 0; c < 2; c++)
       cp_async_4(stage + L::RAW_SFB + (r + 128 * c) * 4, sb_src[c] + (kbeg + ks) * sb_step[c], 4);
@@ -237,9 +252,88 @@ __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
 }
 #endif
 
-template <bool DUAL, int TM, bool SK>
+/* Pre-decoded activations (PRE launches: 128-row tiles, a workspace given).
+ * A pre-pass kernel writes every fp16 activation tile the launch's consumers
+ * will read, once, into the workspace; the main kernel's producer then brings
+ * each K step's tile in with one bulk copy instead of copying and decoding
+ * its raw rows: the producer warpgroup's decode, its shared-memory stores and
+ * per-row copies took issue slots and barrier round trips from the
+ * consumers' step (tools/wgmma_rate.cu: 1731 -> 1228 cycles per step in the
+ * rebuilt loop, PERF.md session 22). The cost: a second launch (overlapped
+ * by PDL) that reads the activations and writes 2 bytes per value, 128-row
+ * tiles padded with zeros, and 16 KB instead of 4.5 KB read per CTA and step
+ * (L2 hits mostly: the CTAs of an activation tile run side by side).
+ * Layout: problem g's tiles from block blk[g] of 16 KB, block
+ * ((l * tiles_m + m tile) * ksteps + ks) holding rows 0..127 as the shared
+ * tile does (a16_chunk). */
+struct Predecoded {
+  uint8_t *a16;
+  int32_t blk[NVFP4_LAUNCH_GROUPS + 1]; /* blk[count]: every block of the launch */
+};
+
+constexpr int PRE_THREADS = 128; /* one per row of a block */
+
+/* The pre-pass: CTA i decodes blocks i, i + gridDim.x, ...; thread r row r
+ * (reads 32 fp4 bytes and 4 scale bytes, decodes as the producer does) into
+ * a 16 KB tile in shared memory, which one bulk copy writes out whole (a
+ * thread's own 16-byte stores, 32 rows apart, ran at a quarter of the
+ * bandwidth: session 23). */
+__global__ void __launch_bounds__(PRE_THREADS, 8)
+    act_predecode_kernel(const __grid_constant__ MatmulTable t, const __grid_constant__ Predecoded pre) {
+#if NVFP4_SM90A
+  constexpr int BYTES = Layout<128>::A16_BYTES;
+  extern __shared__ __align__(1024) uint8_t tile[];
+  const uint32_t tile_addr = (uint32_t)__cvta_generic_to_shared(tile);
+  pdl_launch_dependents(); /* the main kernel's CTAs start as SMs free up, then wait */
+  pdl_wait();
+  const int r = threadIdx.x;
+  for (int blk = blockIdx.x; blk < pre.blk[t.count]; blk += gridDim.x) {
+    int g = 0;
+    while (g + 1 < t.count && blk >= pre.blk[g + 1]) g++;
+    const nvfp4_matmul &p = t.p[g];
+    const int ksteps = (int)(p.k / KSTEP), tiles_m = (int)((p.m + 127) / 128), b = blk - pre.blk[g];
+    const int ks = b % ksteps, tm = b / ksteps, l = tm / tiles_m;
+    const int64_t m = (int64_t)(tm % tiles_m) * 128 + r;
+    uint4 out[8] = {}; /* chunk c; rows past M stay zero */
+    if (m < p.m) {
+      const uint8_t *row = p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 32;
+      const uint4 c0 = __ldg(reinterpret_cast<const uint4 *>(row)), c1 = __ldg(reinterpret_cast<const uint4 *>(row + 16));
+      const uint32_t sf = __ldg(reinterpret_cast<const uint32_t *>(
+          p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, p.k / 16, m, 4 * ks)));
+      /* as the producer's decode (BPT = 4): w[h][q] = bytes 8q + 4h .. + 3 */
+      const uint32_t w[2][4] = {{c0.x, c0.z, c1.x, c1.z}, {c0.y, c0.w, c1.y, c1.w}};
+      uint32_t sc[4];
+      nvfp4_act_scales<4>(sf, sc);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint32_t d[4][4];
+        nvfp4_act_half<4>(w[h], sc, d);
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[2 * i + h] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
+      }
+    }
+    if (r == 0) bulk_wait_read(); /* the previous block's copy has read the tile */
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < 8; c++) *reinterpret_cast<uint4 *>(tile + a16_chunk(r, c)) = out[c];
+    fence_proxy_async_smem();
+    __syncthreads();
+    if (r == 0) {
+      bulk_copy_s2g(pre.a16 + (int64_t)blk * BYTES, tile_addr, BYTES);
+      bulk_commit();
+    }
+  }
+  if (r == 0) bulk_wait();
+#else
+  (void)t;
+  (void)pre;
+#endif
+}
+
+template <bool DUAL, int TM, bool SK, bool PRE>
 __global__ void __launch_bounds__(THREADS, 1)
-    matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split, const StreamK sk) {
+    matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split, const StreamK sk,
+                       const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
   using L = Layout<TM>;
   constexpr int STAGES = L::STAGES, A16_BYTES = L::A16_BYTES, RAW_BASE = L::RAW_BASE, STAGE_BYTES = L::STAGE_BYTES;
@@ -310,13 +404,15 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int tid = threadIdx.x;
   NVFP4_TRACE_POINT(tid == 0, 0);
 
+  static_assert(!PRE || TM == 128, "pre-decoded tiles are 128 rows");
   if (tid == 0) {
     for (int i = 0; i < STAGES; i++) {
       mbar_init(bar(BAR_FULL + i), 128);  /* one cp.async arrival per producer thread */
-      mbar_init(bar(BAR_EMPTY + i), THREADS); /* every thread, after its own reads of the slot */
+      /* every thread, after its own reads of the slot (PRE: the producer reads none) */
+      mbar_init(bar(BAR_EMPTY + i), PRE ? THREADS - 128 : THREADS);
     }
     for (int i = 0; i < NA16; i++) {
-      mbar_init(bar(BAR_A16_FULL + i), 128);
+      mbar_init(bar(BAR_A16_FULL + i), PRE ? 1 : 128); /* PRE: thread 0's, with the tile's bytes */
       mbar_init(bar(BAR_A16_EMPTY + i), 8);
     }
   }
@@ -406,28 +502,19 @@ __global__ void __launch_bounds__(THREADS, 1)
             load(old, j - 1 + STAGES);
           }
           if (live) {
-            uint32_t sc[BPT]; /* {scale} twice, block t0 + q */
-            if constexpr (BPT == 1) {
-              sc[0] = nvfp4_e4m3x2_to_half2_bits((sf & 0xFFu) * 0x101u);
-            } else {
-#pragma unroll
-              for (int q = 0; q < BPT; q += 2) {
-                const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits((sf >> (8 * q)) & 0xFFFFu);
-                sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
-              }
-            }
-            uint8_t *a16 = smem + buf * A16_BYTES + ar * 128 + 4 * t0;
+            uint32_t sc[BPT];
+            nvfp4_act_scales<BPT>(sf, sc);
+            uint8_t *a16 = smem + buf * A16_BYTES + 4 * t0;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-              uint32_t d[BPT][4];
-#pragma unroll
-              for (int q = 0; q < BPT; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
+              uint32_t d[4][BPT];
+              nvfp4_act_half<BPT>(w[h], sc, d);
 #pragma unroll
               for (int i = 0; i < 4; i++) {
-                uint8_t *dst = a16 + 16 * ((2 * i + h) ^ (ar & 7));
-                if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]);
-                else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[0][i], d[1][i]);
-                else *reinterpret_cast<uint32_t *>(dst) = d[0][i];
+                uint8_t *dst = a16 + a16_chunk(ar, 2 * i + h);
+                if constexpr (BPT == 4) *reinterpret_cast<uint4 *>(dst) = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
+                else if constexpr (BPT == 2) *reinterpret_cast<uint2 *>(dst) = make_uint2(d[i][0], d[i][1]);
+                else *reinterpret_cast<uint32_t *>(dst) = d[i][0];
               }
             }
           }
@@ -435,9 +522,41 @@ __global__ void __launch_bounds__(THREADS, 1)
           mbar_arrive(bar(BAR_A16_FULL + buf));
         }
       };
+      /* PRE: the weights' copies, and thread 0 brings the step's fp16 tile
+       * in (one bulk copy, Predecoded). Nothing to wait for but free slots:
+       * the refill of step j-1's raw slot after step j's tile copy, as in
+       * the decoding loop. */
+      auto produce_pre = [&] {
+        const StageCopies<DUAL, TM, false, false> copies(p, l, n0, m0, kbeg, tid);
+        auto load = [&](int slot, int ks) {
+          copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot));
+        };
+        const int64_t first = pre.blk[pg] + ((int64_t)l * ((p.m + TM - 1) / TM) + m0 / TM) * (p.k / KSTEP) + kbeg;
+        const uint8_t *a16_src = pre.a16 + first * A16_BYTES;
+        for (int j = 0; j < STAGES && j < steps; j++) {
+          const int gj = g0 + j;
+          if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
+          load(gj % STAGES, j);
+        }
+        for (int j = 0; j < steps; j++) {
+          const int gj = g0 + j, buf = gj % NA16;
+          if (tid == 0) {
+            if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
+            mbar_arrive_expect_tx(bar(BAR_A16_FULL + buf), A16_BYTES);
+            bulk_copy_g2s(smem_addr + buf * A16_BYTES, a16_src + (int64_t)j * A16_BYTES, A16_BYTES,
+                          bar(BAR_A16_FULL + buf));
+          }
+          if (j >= 1 && j - 1 + STAGES < steps) {
+            const int old = (gj - 1) % STAGES;
+            mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
+            load(old, j - 1 + STAGES);
+          }
+        }
+      };
       /* not in the stream-K kernel and the dual's 64-row tile: there the
        * second loop made every tile 1-3% slower and the padded ones no faster */
-      if constexpr (SK || (DUAL && TM == 64)) produce(std::false_type{});
+      if constexpr (PRE) produce_pre();
+      else if constexpr (SK || (DUAL && TM == 64)) produce(std::false_type{});
       else if (m0 + TM <= p.m) produce(std::false_type{});
       else produce(std::true_type{});
       NVFP4_TRACE_POINT(tid == 0, 3);
@@ -624,6 +743,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   (void)t;
   (void)split;
   (void)sk;
+  (void)pre;
 #endif
 }
 
@@ -650,12 +770,12 @@ cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, c
 
 /* The kernel's shared-memory opt-in, once per device (before its first
  * launch and before any occupancy query, which fails without it). */
-template <bool DUAL, int TM, bool SK>
+template <bool DUAL, int TM, bool SK, bool PRE>
 cudaError_t configure(const DeviceInfo &dev) {
   static bool configured[64] = {};
   if (dev.id >= 64) return cudaErrorInvalidDevice;
   if (!configured[dev.id]) {
-    cudaError_t e = cudaFuncSetAttribute(matmul_sm90_kernel<DUAL, TM, SK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(matmul_sm90_kernel<DUAL, TM, SK, PRE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Layout<TM>::SMEM_BYTES);
     if (e != cudaSuccess) return e;
     configured[dev.id] = true;
@@ -669,14 +789,14 @@ template <bool DUAL, int TM>
 int max_clusters(int split, const DeviceInfo &dev) {
   static int cache[64][MAX_SPLIT + 1] = {};
   int &n = cache[dev.id][split];
-  if (!n && configure<DUAL, TM, false>(dev) != cudaSuccess) {
+  if (!n && configure<DUAL, TM, false, false>(dev) != cudaSuccess) {
     cudaGetLastError();
     n = -1;
   }
   if (!n) {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = launch_config<TM>(split * dev.sms, split, nullptr, attr, false);
-    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL, TM, false>, &cfg) != cudaSuccess || n < 1) {
+    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL, TM, false, false>, &cfg) != cudaSuccess || n < 1) {
       cudaGetLastError(); /* clear it: the split is then simply not chosen */
       n = -1;
     }
@@ -688,6 +808,7 @@ int max_clusters(int split, const DeviceInfo &dev) {
  * K, or (sk_ctas > 0) stream-K over sk_ctas CTAs. */
 struct Plan {
   int split, sk_ctas;
+  double steps; /* the cost below: K steps per CTA, fills included */
 };
 
 /* Costs in K steps of one CTA. Split-K: the waves of clusters that the tiles
@@ -716,7 +837,7 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
     if (cost < best_cost * 0.97) best = s, best_cost = cost;
     split_k_cost = std::min(split_k_cost, cost + (s > 1 ? 2.0 * waves : 0.0));
   }
-  Plan plan = {best, 0};
+  Plan plan = {best, 0, best_cost};
   /* Stream-K is planned for one CTA per SM of the device. Where the process
    * gets fewer SMs (MPS limits, green contexts) it stays correct (StreamK: an
    * owner waits only on CTAs numbered below it) but runs in more than one wave;
@@ -732,7 +853,7 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
     const double segments = std::ceil(per_cta / (double)ksteps) + 1.0;
     const double more_partials = std::ceil((double)ksteps / per_cta) - 1.0;
     const double cost = per_cta + segments * FILL_STEPS + 4.0 + 3.0 * more_partials;
-    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * 0.95) plan.sk_ctas = ctas;
+    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * 0.95) plan.sk_ctas = ctas, plan.steps = cost;
   }
   return plan;
 }
@@ -756,24 +877,66 @@ inline unsigned long long sk_epoch() {
   return e;
 }
 
-template <bool DUAL, int TM, bool SK>
-cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const StreamK &sk, cudaStream_t stream) {
-  cudaError_t e = configure<DUAL, TM, SK>(device_info());
+template <bool DUAL, int TM, bool SK, bool PRE>
+cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const StreamK &sk, const Predecoded &pre,
+                          cudaStream_t stream) {
+  cudaError_t e = configure<DUAL, TM, SK, PRE>(device_info());
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg = launch_config<TM>(ctas, split, stream, attr, true);
-  return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK>, t, split, sk);
+  return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE>, t, split, sk, pre);
+}
+
+/* The pre-pass over pre.blk[t.count] blocks: CTAs of PRE_THREADS and a 16 KB
+ * tile, 8 per SM (a wave: every CTA starts at once and lets the main
+ * kernel launch). */
+cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)std::min<int64_t>(pre.blk[t.count], 8 * (int64_t)device_info().sms));
+  cfg.blockDim = dim3(PRE_THREADS);
+  cfg.dynamicSmemBytes = Layout<128>::A16_BYTES;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {pdl_attribute()};
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, act_predecode_kernel, t, pre);
+}
+
+/* NVFP4_PREDECODE in the environment (read once): 0 never pre-decodes, 1
+ * wherever a workspace is given; unset, where the cost model below expects
+ * it to pay. */
+inline int predecode_env() {
+  static const int v = [] {
+    const char *e = std::getenv("NVFP4_PREDECODE");
+    return e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : -1;
+  }();
+  return v;
+}
+
+/* Whether pre-decoding (Predecoded) pays, in K steps of one CTA (~0.9 us on
+ * an H100): the main kernel's steps take ~9% less time (8.5-10.7% on 10
+ * shapes, H100, PERF.md session 23); the pre-pass takes ~2 steps plus its
+ * traffic, 2.28 bytes per byte of fp16 tiles (fp4 and scales read, fp16
+ * written) at ~2.9 TB/s: one step per 2.13 MB of tiles. Chosen where the
+ * saving exceeds the cost by 25%, and only for launches of whole tiles (no
+ * split-K or stream-K): with either, calls back to back (the competition's
+ * loop) measured 2-10% slower pre-decoded, even where one call alone was
+ * faster. */
+inline bool predecode_pays(double cta_steps, double a16_bytes) {
+  return 0.09 * cta_steps > 1.25 * (2.2 + a16_bytes / 2.13e6);
 }
 
 /* The launch of the tile of TM activation rows over problems[0, count): its
- * table, tiles and plan. */
+ * table, tiles, plan and (TM = 128) whether it pre-decodes the activations. */
 template <int TM>
 struct TileLaunch {
+  static constexpr int64_t MAX_PRE_BYTES = (int64_t)1 << 30; /* fp16 tiles of one launch, at most */
   MatmulTable t;
   int64_t tiles = 0, ksteps = 0;
+  int32_t a16_blk[NVFP4_LAUNCH_GROUPS + 1] = {}; /* Predecoded::blk; a16_blk[count] = 0: no pre-pass */
   bool dual;
-  Plan plan = {1, 0};
-  TileLaunch(const nvfp4_matmul *problems, int count, bool sk_ok) : dual(problems[0].b2.data != nullptr) {
+  Plan plan = {1, 0, 0.0};
+  TileLaunch(const nvfp4_matmul *problems, int count, bool ws_ok) : dual(problems[0].b2.data != nullptr) {
     const int64_t out_cols = dual ? TILE_R / 2 : TILE_R;
     for (int g = 0; g < count; g++) {
       const nvfp4_matmul &p = problems[g];
@@ -785,34 +948,63 @@ struct TileLaunch {
     t.tile_start[count] = (int32_t)tiles;
     t.count = count;
     if (tiles == 0 || tiles * MAX_SPLIT > INT32_MAX) return;
+    bool sk_ok = ws_ok;
     for (int g = 0; g < count; g++) /* stream-K: every problem with tiles has the same K */
       sk_ok = sk_ok && (!problems[g].m || !problems[g].n || !problems[g].batch || problems[g].k / KSTEP == ksteps);
     const DeviceInfo &dev = device_info();
     plan = dual ? choose_plan<true, TM>(tiles, ksteps, sk_ok, dev) : choose_plan<false, TM>(tiles, ksteps, sk_ok, dev);
+    if (TM != 128 || !ws_ok || predecode_env() == 0) return;
+    int64_t blocks = 0; /* the fp16 tiles of problems with tiles */
+    for (int g = 0; g < count; g++) {
+      const nvfp4_matmul &p = problems[g];
+      a16_blk[g] = (int32_t)blocks;
+      if (p.n) blocks += ((p.m + TM - 1) / TM) * p.batch * (p.k / KSTEP);
+      if (blocks * Layout<TM>::A16_BYTES > MAX_PRE_BYTES) return;
+    }
+    const bool whole_tiles = plan.split == 1 && !plan.sk_ctas;
+    if (predecode_env() == 1 || (whole_tiles && predecode_pays(plan.steps, (double)(blocks * Layout<TM>::A16_BYTES))))
+      a16_blk[count] = (int32_t)blocks;
   }
-  size_t workspace() const { return plan.sk_ctas ? sk_workspace_bytes(plan.sk_ctas, TM) : 0; }
-  /* Stream-K where the plan says so and the caller gives the workspace; else
-   * split-K. */
+  int64_t a16_bytes() const { return (int64_t)a16_blk[t.count] * Layout<TM>::A16_BYTES; }
+  size_t workspace() const { return (size_t)a16_bytes() + (plan.sk_ctas ? sk_workspace_bytes(plan.sk_ctas, TM) : 0); }
+  /* Pre-decoded and stream-K where the plan says so and the caller gives the
+   * workspace; else split-K, the producer decoding. */
   cudaError_t launch(nvfp4_workspace_fn ws_fn, void *ctx, cudaStream_t stream) const {
     if (tiles == 0) return cudaSuccess;
     if (tiles * MAX_SPLIT > INT32_MAX) return cudaErrorInvalidConfiguration;
+    void *ws = workspace() && ws_fn ? ws_fn(workspace(), ctx) : nullptr;
+    if (ws && !aligned(ws, 16)) ws = nullptr;
+    Predecoded pre = {};
     StreamK sk = {};
-    void *ws = plan.sk_ctas && ws_fn ? ws_fn(workspace(), ctx) : nullptr;
-    if (ws && aligned(ws, 16)) {
-      sk.ws = static_cast<float *>(ws);
-      sk.flags = reinterpret_cast<unsigned long long *>(static_cast<uint8_t *>(ws) +
-                                                         (size_t)plan.sk_ctas * sk_partial_bytes(TM));
+    if (ws && a16_bytes()) {
+      pre.a16 = static_cast<uint8_t *>(ws);
+      for (int g = 0; g <= t.count; g++) pre.blk[g] = a16_blk[g];
+      const cudaError_t e = launch_predecode(t, pre, stream);
+      if (e != cudaSuccess) return e;
+    }
+    if (ws && plan.sk_ctas) {
+      uint8_t *base = static_cast<uint8_t *>(ws) + a16_bytes();
+      sk.ws = reinterpret_cast<float *>(base);
+      sk.flags = reinterpret_cast<unsigned long long *>(base + (size_t)plan.sk_ctas * sk_partial_bytes(TM));
       sk.epoch = sk_epoch();
       sk.ctas = plan.sk_ctas;
       sk.ksteps = (int)ksteps;
       sk.q = (int)(tiles * ksteps / sk.ctas), sk.r = (int)(tiles * ksteps % sk.ctas);
-      if constexpr (TM == 128)
-        return dual ? launch_kernel<true, TM, true>(t, sk.ctas, 1, sk, stream)
-                    : launch_kernel<false, TM, true>(t, sk.ctas, 1, sk, stream);
     }
-    const int64_t ctas = tiles * plan.split;
-    return dual ? launch_kernel<true, TM, false>(t, ctas, plan.split, sk, stream)
-                : launch_kernel<false, TM, false>(t, ctas, plan.split, sk, stream);
+    const int64_t ctas = sk.ctas ? sk.ctas : tiles * plan.split;
+    const int split = sk.ctas ? 1 : plan.split;
+    if constexpr (TM == 128) {
+      if (sk.ctas)
+        return pre.a16 ? (dual ? launch_kernel<true, TM, true, true>(t, ctas, split, sk, pre, stream)
+                               : launch_kernel<false, TM, true, true>(t, ctas, split, sk, pre, stream))
+                       : (dual ? launch_kernel<true, TM, true, false>(t, ctas, split, sk, pre, stream)
+                               : launch_kernel<false, TM, true, false>(t, ctas, split, sk, pre, stream));
+      if (pre.a16)
+        return dual ? launch_kernel<true, TM, false, true>(t, ctas, split, sk, pre, stream)
+                    : launch_kernel<false, TM, false, true>(t, ctas, split, sk, pre, stream);
+    }
+    return dual ? launch_kernel<true, TM, false, false>(t, ctas, split, sk, pre, stream)
+                : launch_kernel<false, TM, false, false>(t, ctas, split, sk, pre, stream);
   }
 };
 

@@ -181,6 +181,32 @@ __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
       : "memory");
 }
 
+/* One arrival that also raises the phase's expected transaction bytes by
+ * `bytes` (what the bulk copies completing on it will deliver). */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t addr, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(addr), "r"(bytes) : "memory");
+}
+
+/* Bulk copy (TMA, 1-D) of `bytes` (a multiple of 16; both addresses 16-byte
+ * aligned) from global memory into this CTA's shared memory, completing as
+ * transaction bytes on the mbarrier at `bar`. */
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+/* Bulk copy (TMA, 1-D) of `bytes` from this CTA's shared memory to global
+ * memory, in this thread's current bulk group; then the group's commit, and
+ * the waits: until every committed group has read its source (.read: the
+ * shared memory may be written again) or has completed. */
+__device__ __forceinline__ void bulk_copy_s2g(void *dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 /* One arrival once all of this thread's earlier cp.async have landed; .noinc:
  * the barrier's count already includes it. */
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t addr) {
