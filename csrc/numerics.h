@@ -230,18 +230,19 @@ __device__ __forceinline__ void nvfp4_act_scales(uint32_t sf, uint32_t (&sc)[BPT
   }
 }
 
-/* w[q]: fp4 bytes 8(t0 + q) + 4h .. + 3 of the row (half h of block t0 + q).
- * d[i][q] -> word t0 + q of the row's 16-byte chunk 2i + h (chunk c holds
- * fp16 positions 8c .. 8c + 7 of the 64, k16 step c / 2). */
+/* w: the blocks' fp4 bytes as words in memory order (word 2q + h: bytes
+ * 8(t0 + q) + 4h .. + 3, half h of block t0 + q). Half h (0, 1) of every
+ * block: d[i][q] -> word t0 + q of the row's 16-byte chunk 2i + h (chunk c
+ * holds fp16 positions 8c .. 8c + 7 of the 64, k16 step c / 2). */
 template <int BPT>
-__device__ __forceinline__ void nvfp4_act_half(const uint32_t (&w)[BPT], const uint32_t (&sc)[BPT],
+__device__ __forceinline__ void nvfp4_act_half(const uint32_t (&w)[2 * BPT], int h, const uint32_t (&sc)[BPT],
                                                uint32_t (&d)[4][BPT]) {
 #pragma unroll
   for (int q = 0; q < BPT; q++) {
-    uint32_t h[4];
-    nvfp4_e2m1x8_to_half2x4(w[q], sc[q], h);
+    uint32_t v[4];
+    nvfp4_e2m1x8_to_half2x4(w[2 * q + h], sc[q], v);
 #pragma unroll
-    for (int i = 0; i < 4; i++) d[i][q] = h[i];
+    for (int i = 0; i < 4; i++) d[i][q] = v[i];
   }
 }
 

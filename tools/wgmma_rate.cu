@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(384, 1) pipe_kernel(int steps, const uint8_t *
         const uint4 c0 = ld_shared_u4(st + ACT + chunk(ar, 0)), c1 = ld_shared_u4(st + ACT + chunk(ar, 1));
         uint32_t sf;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(sf) : "r"(st + SFA + ar * 4) : "memory");
-        const uint32_t w[2][4] = {{c0.x, c0.z, c1.x, c1.z}, {c0.y, c0.w, c1.y, c1.w}};
+        const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
         mbar_arrive(bar(EMPTY + slot));
         constexpr int LAG = (MODE & 4) ? 2 : 1;
         if (j >= LAG && j - LAG + STAGES < steps) {
@@ -390,19 +390,14 @@ __global__ void __launch_bounds__(384, 1) pipe_kernel(int steps, const uint8_t *
           load(old, j - LAG + STAGES);
         }
         uint32_t sc[4];
-#pragma unroll
-        for (int q = 0; q < 4; q += 2) {
-          const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits((sf >> (8 * q)) & 0xFFFFu);
-          sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
-        }
+        nvfp4_act_scales<4>(sf, sc); /* the kernel's producer decode (numerics.h) */
         const uint32_t a16 = base + buf * A16_BYTES + ar * 128;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           uint32_t d[4][4];
+          nvfp4_act_half<4>(w, h, sc, d);
 #pragma unroll
-          for (int q = 0; q < 4; q++) nvfp4_e2m1x8_to_half2x4(w[h][q], sc[q], d[q]);
-#pragma unroll
-          for (int i = 0; i < 4; i++) st_shared_u4(a16 + 16 * ((2 * i + h) ^ (ar & 7)), make_uint4(d[0][i], d[1][i], d[2][i], d[3][i]));
+          for (int i = 0; i < 4; i++) st_shared_u4(a16 + 16 * ((2 * i + h) ^ (ar & 7)), make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]));
         }
         if (!(MODE & 1)) fence_proxy_async_smem();
         mbar_arrive(bar(A16F + buf));

@@ -275,9 +275,9 @@ constexpr int PRE_THREADS = 128; /* one per row of a block */
 
 /* The pre-pass: CTA i decodes blocks i, i + gridDim.x, ...; thread r row r
  * (reads 32 fp4 bytes and 4 scale bytes, decodes as the producer does) into
- * a 16 KB tile in shared memory, which one bulk copy writes out whole (a
- * thread's own 16-byte stores, 32 rows apart, ran at a quarter of the
- * bandwidth: session 23). */
+ * a 16 KB tile in shared memory, which one bulk copy writes out whole (each
+ * thread storing its own row to global memory, a warp's 16-byte stores 32
+ * rows of 128 bytes apart, ran at ~0.8 TB/s: session 23). */
 __global__ void __launch_bounds__(PRE_THREADS, 8)
     act_predecode_kernel(const __grid_constant__ MatmulTable t, const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
@@ -300,14 +300,13 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
       const uint4 c0 = __ldg(reinterpret_cast<const uint4 *>(row)), c1 = __ldg(reinterpret_cast<const uint4 *>(row + 16));
       const uint32_t sf = __ldg(reinterpret_cast<const uint32_t *>(
           p.a.sf + l * p.a.sf_batch_stride + nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, p.k / 16, m, 4 * ks)));
-      /* as the producer's decode (BPT = 4): w[h][q] = bytes 8q + 4h .. + 3 */
-      const uint32_t w[2][4] = {{c0.x, c0.z, c1.x, c1.z}, {c0.y, c0.w, c1.y, c1.w}};
+      const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
       uint32_t sc[4];
       nvfp4_act_scales<4>(sf, sc);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         uint32_t d[4][4];
-        nvfp4_act_half<4>(w[h], sc, d);
+        nvfp4_act_half<4>(w, h, sc, d);
 #pragma unroll
         for (int i = 0; i < 4; i++) out[2 * i + h] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
       }
@@ -471,22 +470,20 @@ __global__ void __launch_bounds__(THREADS, 1)
           NVFP4_TRACE_POINT(tid == 0 && j == 0, 2);
           if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
           const uint8_t *st = smem + RAW_BASE + slot * STAGE_BYTES;
-          /* words w[h][q] = fp4 bytes 8t + 4h .. 8t + 4h + 3 of row ar, scale
-           * block t = t0 + q; its pair i goes to k16 step i, positions 8h + 2t:
-           * chunk 2i + h, word t of the row's fp16 tile */
-          uint32_t w[2][BPT], sf;
+          /* the fp4 bytes of scale blocks t0 .. t0 + BPT - 1 of row ar, as
+           * words in memory order (nvfp4_act_half) */
+          uint32_t w[2 * BPT], sf;
           if (live) {
             if constexpr (BPT == 4) {
               const uint4 c0 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 0));
               const uint4 c1 = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, 1));
-              w[0][0] = c0.x, w[0][1] = c0.z, w[0][2] = c1.x, w[0][3] = c1.z;
-              w[1][0] = c0.y, w[1][1] = c0.w, w[1][2] = c1.y, w[1][3] = c1.w;
+              w[0] = c0.x, w[1] = c0.y, w[2] = c0.z, w[3] = c0.w, w[4] = c1.x, w[5] = c1.y, w[6] = c1.z, w[7] = c1.w;
             } else if constexpr (BPT == 2) {
               const uint4 c = *reinterpret_cast<const uint4 *>(st + RAW_A + raw_chunk(ar, t0 >> 1));
-              w[0][0] = c.x, w[0][1] = c.z, w[1][0] = c.y, w[1][1] = c.w;
+              w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
             } else {
               const uint2 c = *reinterpret_cast<const uint2 *>(st + RAW_A + raw_chunk(ar, t0 >> 1) + 8 * (t0 & 1));
-              w[0][0] = c.x, w[1][0] = c.y;
+              w[0] = c.x, w[1] = c.y;
             }
             sf = *reinterpret_cast<const uint32_t *>(st + RAW_SFA + ar * 4) >> (8 * t0);
           }
@@ -512,7 +509,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
               uint32_t d[4][BPT];
-              nvfp4_act_half<BPT>(w[h], sc, d);
+              nvfp4_act_half<BPT>(w, h, sc, d);
 #pragma unroll
               for (int i = 0; i < 4; i++) {
                 uint8_t *dst = a16 + a16_chunk(ar, 2 * i + h);
