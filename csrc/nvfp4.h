@@ -77,10 +77,11 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
  * NVFP4_LAUNCH_GROUPS (16) of them (csrc/cuda/common.cuh). */
 nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
-/* Device scratch for a launch that can use it (today the Hopper tensor-core
+/* Device scratch for a launch that can use it (the Hopper tensor-core
  * kernel: stream-K partials where whole tiles would leave SMs idle, and the
  * activations pre-decoded to fp16 where that pays, 2 bytes per value of
- * 128-row tiles, at most 1 GiB per launch). Called with the
+ * 128-row tiles, at most 1 GiB per launch; the skinny kernel of M <= 16:
+ * fp32 partials of row blocks split over CTAs, 2-4 KB per CTA). Called with the
  * bytes the launch's plan needs; returns 16-byte aligned device memory that
  * the launch may use in stream order on its stream (contents not kept), or
  * NULL: the launch then runs without it. */
@@ -93,7 +94,9 @@ typedef void *(*nvfp4_workspace_fn)(size_t bytes, void *ctx);
  * contexts) they stay correct but run in waves: NVFP4_STREAM_K=0 in the
  * environment before the first call turns them off. NVFP4_PREDECODE=0 (never)
  * or 1 (wherever the tile allows) overrides the cost model's choice of
- * pre-decoding. */
+ * pre-decoding. NVFP4_SKINNY=0 never runs the skinny kernel (M <= 16 on
+ * mma.sync), =1 wherever it can (M = 2..16, K % 256 == 0); unset, where it
+ * measured faster (csrc/cuda/skinny.cu). */
 nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace, void *ctx,
                                   cudaStream_t stream);
 

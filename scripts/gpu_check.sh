@@ -10,6 +10,7 @@
 #   BUILD=0 bash scripts/gpu_check.sh   # the extension an earlier step of the same call built
 #   BENCH=0 BENCH_GEMM=0 BENCH_GEMV=0 bash scripts/gpu_check.sh   # tests and sanitizers only
 #   PREDECODE_TESTS=0 bash scripts/gpu_check.sh   # skip the tensor-core tests' NVFP4_PREDECODE=0/1 reruns
+#   SKINNY_TESTS=0 bash scripts/gpu_check.sh      # skip tests/test_skinny.py's NVFP4_SKINNY=1 rerun
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -55,6 +56,16 @@ if [ "${PREDECODE_TESTS:-1}" = 1 ] && [ -z "${PYTEST_ARGS:-}" ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     test_line="$test_line; NVFP4_PREDECODE=$pre: $(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest_pre$pre.log" | tail -1)"
   done
+fi
+
+# The skinny kernel (csrc/cuda/skinny.cu) wherever it can run, not only where it
+# measured faster: NVFP4_SKINNY=1.
+if [ "${SKINNY_TESTS:-1}" = 1 ] && [ -z "${PYTEST_ARGS:-}" ]; then
+  echo "== skinny tests, NVFP4_SKINNY=1"
+  NVFP4_SKINNY=1 timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider tests/test_skinny.py \
+    2>&1 | tee "$OUT/pytest_skinny1.log" | tail -3
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  test_line="$test_line; NVFP4_SKINNY=1: $(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest_skinny1.log" | tail -1)"
 fi
 
 san_line="skipped"

@@ -1,6 +1,8 @@
 """Problem builders for the tests: operands from nvfp4_kernels.testing, outputs
 poisoned with NaN, and the reference result."""
 
+import os
+
 import torch
 
 from nvfp4_kernels import reference
@@ -38,3 +40,37 @@ def ref_gemm(a, b, alpha=None):
 
 def ref_gemv(a, b, alpha=None):
     return reference.gemv(a.data, b.data, a.sf, b.sf, alpha)
+
+
+def launched(fn):
+    """Run fn once under the profiler; return (result, names of the CUDA kernels it launched)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = fn()
+        torch.cuda.synchronize()
+    return out, {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def skinny_expected(m, k):
+    """Whether a gemm of M rows and K (aligned operands, N > 4) runs the skinny kernel
+    (csrc/cuda/skinny.cu, skinny_supported) on this GPU under this process's NVFP4_SKINNY."""
+    env = os.environ.get("NVFP4_SKINNY")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0) or env == "0" or k % 256:
+        return False
+    if env is not None:
+        return 2 <= m <= 16
+    if torch.cuda.get_device_capability() == (9, 0):
+        return 5 <= m <= 8 and k >= 8192
+    return 5 <= m <= 16
+
+
+def captured_graph(fn):
+    """fn run once on a side stream (the warm-up outside the capture), then captured: the CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph

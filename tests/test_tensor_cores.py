@@ -16,7 +16,7 @@ import torch
 import nvfp4_kernels as nk
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import gemm_problem, gemv_problem, layouts_for, poisoned, ref_gemm, ref_gemv
+from helpers import gemm_problem, gemv_problem, launched, layouts_for, poisoned, ref_gemm, ref_gemv, skinny_expected
 from nvfp4_kernels import reference
 
 IS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -36,14 +36,6 @@ SHAPES = [
     (2, 20, 256, 2048),  # the 32-row activation tile, batched, split-K
     (3, 12, 129, 1024),  # the 32-row activation tile, batched, tails
 ]
-
-
-def launched(fn):
-    """Run fn once under the profiler; return (result, names of the CUDA kernels it launched)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = fn()
-        torch.cuda.synchronize()
-    return out, {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
 def launched_grids(fn):
@@ -75,8 +67,9 @@ def test_gemm(device, gen, L, m, n, k):
     lay = layouts_for(m, n, k)
     a, b = gemm_problem(L, m, n, k, gen, device, lay)
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    # M <= 4 runs as a GEMV with the roles swapped (csrc/cuda/dispatch.cu)
-    run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out), "gemv_kernel" if m <= 4 else "matmul_sm90_kernel")
+    # M <= 4 runs as a GEMV with the roles swapped, some small M on mma.sync (csrc/cuda/dispatch.cu)
+    kernel = "skinny_kernel" if skinny_expected(m, k) else "gemv_kernel" if m <= 4 else "matmul_sm90_kernel"
+    run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out), kernel)
     assert_matches(out, ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 
 
@@ -137,8 +130,9 @@ def test_fallbacks_on_hopper(gen):
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
 @pytest.mark.parametrize("m,tile", [(5, 32), (32, 32), (33, 64), (64, 64), (65, 128)])
 def test_activation_tile(gen, m, tile):
-    """The tensor-core kernel takes the smallest activation tile that holds M."""
-    a, b = gemm_problem(None, m, 256, 1024, gen, "cuda")
+    """The tensor-core kernel takes the smallest activation tile that holds M (K = 1088: not a
+    multiple of 256, which M = 5..16 would take to the skinny kernel)."""
+    a, b = gemm_problem(None, m, 256, 1088, gen, "cuda")
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
     assert any(re.search(rf"matmul_sm90_kernel<false, {tile}, false,", n) for n in names), names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} on cuda")
@@ -157,7 +151,7 @@ def test_padding_rows_are_not_read(gen, op, sizes):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     nan_a, nan_b = gemm_problem(None, 128, 256 * sms, 256, gen, "cuda")
     nan_a.sf.view(torch.uint8).fill_(0x7F)  # e4m3 NaN
-    n, k = 300, 1024
+    n, k = 300, 1088  # K % 256 != 0: M = 5 stays on the tensor-core kernel
     probs = [gemm_problem(None, m, n, k, gen, "cuda", ("linear", "blocked")) for m in sizes]
     b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
     outs = [poisoned((m, n), "cuda") for m in sizes]

@@ -7,7 +7,7 @@ import torch
 import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from conftest import assert_matches, needs_cuda
-from helpers import gemm_problem, gemv_problem, poisoned, ref_gemm, ref_gemv
+from helpers import captured_graph, gemm_problem, gemv_problem, poisoned, ref_gemm, ref_gemv
 
 
 def _args(gen, device):
@@ -116,14 +116,7 @@ def test_stream_k_in_graph_and_on_two_streams(gen):
     a, b = gemm_problem(None, m, n, k, gen, dev)
     sa, sb, ssfa, ssfb = (x.clone() for x in (a.data, b.data, a.sf, b.sf))
     out = poisoned((m, n), dev)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        nk.gemm(sa, sb, ssfa, ssfb, out=out)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        nk.gemm(sa, sb, ssfa, ssfb, out=out)
+    graph = captured_graph(lambda: nk.gemm(sa, sb, ssfa, ssfb, out=out))
     for _ in range(2):
         a2, b2 = gemm_problem(None, m, n, k, gen, dev)
         for dst, src in zip((sa, sb, ssfa, ssfb), (a2.data, b2.data, a2.sf, b2.sf)):

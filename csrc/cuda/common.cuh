@@ -3,6 +3,9 @@
  * several problems, small load helpers, and the fp32 epilogue.
  */
 #pragma once
+#include <atomic>
+#include <random>
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -93,7 +96,27 @@ inline cudaLaunchAttribute pdl_attribute() {
   return a;
 }
 
+/* A launch's flag value (matmul_sm90.cu's stream-K flags, skinny.cu's
+ * tickets): a process-wide counter from a random 64-bit start, never 0. */
+inline unsigned long long launch_epoch() {
+  static std::atomic<unsigned long long> next{[] {
+    std::random_device rd;
+    return ((unsigned long long)rd() << 32) ^ rd();
+  }()};
+  unsigned long long e;
+  while (!(e = next.fetch_add(1, std::memory_order_relaxed))) {
+  }
+  return e;
+}
+
 __host__ __device__ inline bool aligned(const void *ptr, int64_t a) { return reinterpret_cast<uintptr_t>(ptr) % a == 0; }
+
+/* An operand whose every row piece is one cp.async: data 16-byte aligned
+ * (rows and batches too), scales 4-byte aligned (either layout). */
+inline bool cp_async_ok(const nvfp4_operand &o) {
+  return aligned(o.data, 16) && o.row_stride % 16 == 0 && o.batch_stride % 16 == 0 && aligned(o.sf, 4) &&
+         o.sf_batch_stride % 4 == 0 && (o.sf_layout != NVFP4_SF_LINEAR || o.sf_row_stride % 4 == 0);
+}
 
 /* The current device's properties that launches need, queried once per device
  * (host side; at most 64 devices, id >= 64 gets zeros and no fast path). */

@@ -3,6 +3,8 @@
  * (device, shape, alignment) and launches it on the caller's stream.
  *
  *   N <= 4, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
+ *   M = 5..16 (Hopper: 5..8 and K >= 8192), K % 256 == 0, not dual
+ *                                      -> skinny.cu (mma.sync, sm_80+)
  *   M <= 4, aligned (dual too)         -> gemv.cu with the roles swapped
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)
@@ -15,6 +17,8 @@
 bool gemv_supported(const nvfp4_matmul &p);
 cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
+bool skinny_supported(const nvfp4_matmul &p);
+cudaError_t skinny_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ctx, cudaStream_t stream);
 bool matmul_sm90_supported(const nvfp4_matmul &p);
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                                cudaStream_t stream);
@@ -47,6 +51,7 @@ static bool valid(const nvfp4_matmul &p) {
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   nvfp4_matmul q;
   if (!p->b2.data && gemv_supported(*p)) return "gemv_dp4a";
+  if (skinny_supported(*p)) return "mma_skinny";
   if (as_gemv(*p, q)) return p->b2.data ? "gemv_dp4a_dual" : "gemv_dp4a";
   if (matmul_sm90_supported(*p)) return p->b2.data ? "wgmma_dual" : "wgmma";
   return p->b2.data ? "simt_dual" : "simt";
@@ -56,7 +61,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int coun
   return nvfp4_matmul_cuda_ws(problems, count, nullptr, nullptr, stream);
 }
 
-/* Only the tensor-core kernel asks for scratch, once per launch. */
+/* The tensor-core and skinny kernels ask for scratch, at most once per launch. */
 extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace,
                                              void *ctx, cudaStream_t stream) {
   if (count <= 0) return NVFP4_ERR_INVALID;
@@ -71,6 +76,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
     if (empty(p)) return NVFP4_OK;
     nvfp4_matmul q;
     if (!p.b2.data && gemv_supported(p)) err = gemv_launch(p, 1, stream);
+    else if (skinny_supported(p)) err = skinny_launch(p, workspace, ctx, stream);
     else if (as_gemv(p, q)) err = gemv_launch(q, p.c_row_stride, stream);
     else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, workspace, ctx, stream);
     else err = matmul_simt_launch(&p, 1, stream);

@@ -88,10 +88,8 @@
  * warpgroups, mma.sync on 8- and 16-row tiles, decoding the next step during
  * the wgmma; PERF.md.)
  */
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <random>
 #include <type_traits>
 
 #include "common.cuh"
@@ -223,7 +221,7 @@ struct StageCopies {
  * concurrent kernel holding SMs).
  * Flags without a memset per launch (one would end the programmatic overlap
  * of this launch with the kernel before it): a raised flag holds the launch's
- * epoch, a 64-bit value no earlier launch used (sk_epoch), so whatever the
+ * epoch, a 64-bit value no earlier launch used (launch_epoch), so whatever the
  * workspace held before passes for it only by a 2^-64 chance; the owner
  * resets each flag it consumed to 0, so a CUDA graph's replays, which keep
  * the captured epoch, start from cleared flags. */
@@ -865,18 +863,6 @@ inline size_t sk_workspace_bytes(int ctas, int tm) {
   return (size_t)ctas * (sk_partial_bytes(tm) + sizeof(unsigned long long));
 }
 
-/* A launch's flag value (StreamK): a process-wide counter from a random 64-bit
- * start, never 0. */
-inline unsigned long long sk_epoch() {
-  static std::atomic<unsigned long long> next{[] {
-    std::random_device rd;
-    return ((unsigned long long)rd() << 32) ^ rd();
-  }()};
-  unsigned long long e;
-  while (!(e = next.fetch_add(1, std::memory_order_relaxed))) {
-  }
-  return e;
-}
 
 template <bool DUAL, int TM, bool SK, bool PRE>
 cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const StreamK &sk, const Predecoded &pre,
@@ -987,7 +973,7 @@ struct TileLaunch {
       uint8_t *base = static_cast<uint8_t *>(ws) + a16_bytes();
       sk.ws = reinterpret_cast<float *>(base);
       sk.flags = reinterpret_cast<unsigned long long *>(base + (size_t)plan.sk_ctas * sk_partial_bytes(TM));
-      sk.epoch = sk_epoch();
+      sk.epoch = launch_epoch();
       sk.ctas = plan.sk_ctas;
       sk.ksteps = (int)ksteps;
       sk.q = (int)(tiles * ksteps / sk.ctas), sk.r = (int)(tiles * ksteps % sk.ctas);
@@ -1027,11 +1013,7 @@ bool matmul_sm90_supported(const nvfp4_matmul &p) {
   const DeviceInfo &dev = device_info();
   if (dev.major != 9 || dev.minor != 0) return false;
   if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
-  auto data_ok = [](const nvfp4_operand &o) {
-    return aligned(o.data, 16) && o.row_stride % 16 == 0 && o.batch_stride % 16 == 0 && aligned(o.sf, 4) &&
-           o.sf_batch_stride % 4 == 0 && (o.sf_layout != NVFP4_SF_LINEAR || o.sf_row_stride % 4 == 0);
-  };
-  return data_ok(p.a) && data_ok(p.b) && (!p.b2.data || data_ok(p.b2));
+  return cp_async_ok(p.a) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each

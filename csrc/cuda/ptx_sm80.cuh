@@ -69,3 +69,26 @@ __device__ __forceinline__ uint32_t ld_shared_u8(uint32_t addr) {
   asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
   return v;
 }
+
+/* ld.shared of 16 bytes / 2 bytes, as ld_shared_u2. */
+__device__ __forceinline__ uint4 ld_shared_u4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+/* mma.sync m16n8k16, fp16 inputs, fp32 accumulators in place (ISA "mma",
+ * warp-level). a: the A fragment (rows g, g + 8 of 16; k 2t, 2t + 8 of 16, as
+ * nvfp4_wgmma_a_fragments gives it), b0 / b1: B's k 2t.. / 2t + 8.. of
+ * column g; d: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). */
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}

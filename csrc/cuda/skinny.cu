@@ -1,0 +1,384 @@
+/*
+ * skinny.cu - gemm of few activation rows (M <= 16: a decode step's batch) on
+ * mma.sync (sm_80+): C[l, m, n] = alpha * sum_k A[l, m, k] * B[l, n, k].
+ * Taken for M = 5..16 on GPUs without the wgmma path, on Hopper where it
+ * measured faster than it (M = 5..8, K >= 8192; skinny_supported).
+ *
+ * Speed of light: streaming the weights B once. M = 8, 7168 x 16384: 66 MB,
+ * 21.8 us at 3.03 TB/s (H100), against 1.9 GFLOP (2.5 us of tensor time).
+ * The wgmma kernel's 32-row tile (matmul_sm90.cu) runs such shapes at ~0.35
+ * of that: its producer / consumer step, not the decode, sets their pace
+ * (~0.5 us per 256 x 64 step with both decodes removed; PERF.md, sessions 4
+ * and 18). So here the warps share nothing but the epilogue: as in the GEMV
+ * (gemv.cu) every thread copies exactly the bytes its warp reads into a ring
+ * of its warp, and decodes its own fragments; no producer, no mbarriers.
+ * Budget: at 3.03 TB/s an SM must take ~26 codes per clock; a warp spends
+ * ~1200 instructions per item below (64 rows x 256 codes, M <= 8), ~14 codes
+ * per instruction, so ~1.9 of the 4 issue slots per clock (the GEMV of one
+ * vector needs ~2.5 on an H200 and reaches 0.87 of SOL).
+ *
+ * Dataflow. An item is 64 weight rows (a row block) x 256 K values; a launch
+ * has L x ceil(N / 64) row blocks of K / 256 items each. CTA c of C takes an
+ * equal contiguous range of all items (a block's items, then the next
+ * block's), its 4 warps an equal quarter of each block's share (a segment).
+ *   gmem B, A rows and scales --cp.async, a 2-slot ring per warp--> smem
+ *   per 64 K values: a thread's 16 codes of 8 weight rows and of its
+ *     activation row(s) -> fp16 fragments (numerics.h: the decoder and K order
+ *     of the wgmma kernel) -> mma.m16n8k16 into fp32 accumulators
+ *   segment end: the 4 warps' sums added in shared memory (warp order) ->
+ *     fp16 out if the CTA holds the whole block; else an fp32 partial in the
+ *     workspace, and the block's last CTA to finish (a ticket) adds every
+ *     partial in CTA order and stores. Deterministic; no memset.
+ *
+ * Thread (g, t) of a warp (g = lane / 4, t = lane % 4) holds weight rows
+ * 16 j + g and 16 j + g + 8 of the block (m16 tiles j = 0..3: the mma's A,
+ * roles swapped as in the wgmma kernel) and activation rows 8 i + g (n8 tiles
+ * i < NT: the mma's B). Of each row's 128 bytes of an item it copies the
+ * 16-byte chunks t and 4 + t (a quad's copy instruction covers 64 contiguous
+ * bytes) and scale word t (blocks 4t..4t+3). Chunk c of thread t holds scale
+ * blocks 8c + 2t and 8c + 2t + 1, the bytes 2(t % 2) of word 2c + t / 2 that
+ * thread 2c + t / 2 of the quad copied: read after a __syncwarp (which also
+ * keeps a slot from being refilled before every lane has read it).
+ * Half h of chunk c (16 codes, one scale block) is one K step of 64 of the
+ * wgmma kernel's K order for both operands, so the products pair up.
+ * Activation rows past M read row M - 1 and weight rows past N row N - 1:
+ * their output columns / rows are not stored.
+ */
+#include <algorithm>
+#include <cstdlib>
+
+#include "common.cuh"
+
+namespace {
+
+constexpr int THREADS = 128, WARPS = THREADS / 32;
+constexpr int ROWS = 64;   /* weight rows of a block: 4 m16 tiles per warp */
+constexpr int KITEM = 256; /* K values of an item: 128 bytes of a row      */
+#ifndef NVFP4_SKINNY_STAGES /* experiment knob: the ring's slots */
+#define NVFP4_SKINNY_STAGES 2
+#endif
+constexpr int STAGES = NVFP4_SKINNY_STAGES;
+static_assert(STAGES >= 2, "a slot in flight while one is read");
+
+/* Shared memory of NT n8 tiles: per warp and slot [2 * RT chunks][32 lanes]
+ * of 16 bytes, then [RT rows][32 lanes] scale words (RT = 8 weight rows + NT
+ * activation rows per thread); then the epilogue's [warp][column][PITCH]
+ * fp32 tile and the ticket's verdict. */
+template <int NT>
+struct Smem {
+  static constexpr int RT = 8 + NT;
+  static constexpr int SLOT = 2 * RT * 512 + RT * 128;
+  static constexpr int RING = WARPS * STAGES * SLOT;
+  static constexpr int PITCH = ROWS + 4; /* conflict-free stores of the accumulators */
+  static constexpr int COLS = 8 * NT;
+  static constexpr int PART = RING;
+  static constexpr int LAST = PART + WARPS * COLS * PITCH * 4;
+  static constexpr int BYTES = LAST + 16;
+};
+
+/* What a launch's CTAs share: the item ranges (items = q * ctas + r: CTA c
+ * starts at c q + min(c, r)) and, where a row block is split over CTAs, the
+ * workspace: its partials (slot block + CTA: 64 x 8 NT floats) and a ticket per
+ * block. A ticket holds the launch's epoch (48 bits) and a count; the block's
+ * last CTA resets it, so a CUDA graph's replays (the same epoch) start from 0. */
+struct Plan {
+  float *ws;
+  unsigned long long *tickets;
+  unsigned long long epoch;
+  int blocks; /* row blocks per batch */
+  int steps;  /* items per row block: K / 256 */
+  int ctas, q, r;
+};
+
+__device__ __forceinline__ int cta_of(const Plan &pl, int x) {
+  const int big = pl.r * (pl.q + 1);
+  return x < big ? x / (pl.q + 1) : pl.r + (x - big) / pl.q;
+}
+
+/* Whether this CTA is the last of `n` to reach the block's ticket. */
+__device__ __forceinline__ bool take_ticket(unsigned long long *ticket, unsigned long long epoch, int n) {
+  unsigned long long old = *reinterpret_cast<volatile unsigned long long *>(ticket), next;
+  for (;;) {
+    next = (old >> 16) == epoch ? old + 1 : (epoch << 16) | 1u;
+    const unsigned long long seen = atomicCAS(ticket, old, next);
+    if (seen == old) break;
+    old = seen;
+  }
+  if ((int)(next & 0xFFFFu) != n) return false;
+  *ticket = 0; /* every other CTA of the block has taken its ticket */
+  return true;
+}
+
+template <int NT>
+__global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__ nvfp4_matmul p, const Plan pl) {
+  using S = Smem<NT>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const uint32_t smem_base = smem_addr(smem);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int cta = blockIdx.x;
+  const int beg = cta * pl.q + min(cta, pl.r), end = beg + pl.q + (cta < pl.r);
+  const int b0 = beg / pl.steps, b1 = (end - 1) / pl.steps; /* row blocks of the launch, with l */
+  /* this warp's quarter [a, e) of block b's items in the CTA's range */
+  auto quarter = [&](int b, int &a, int &e) {
+    const int s0 = max(beg, b * pl.steps), n = min(end, (b + 1) * pl.steps) - s0;
+    a = s0 + n * warp / WARPS;
+    e = s0 + n * (warp + 1) / WARPS;
+  };
+  const int64_t kb = p.k / 16;
+  const uint32_t ring = smem_base + (uint32_t)(warp * STAGES * S::SLOT);
+
+
+  /* ---- the copies of item x into slot `slot` of this warp's ring. A row's
+   * bytes and scales of item s sit at its bases (per row block) + s * 128 and
+   * + the scale column's offset (numerics.h: separable in both layouts). */
+  const uint8_t *dat[S::RT], *sfp[S::RT];
+  auto rebase = [&](int blk) {
+    const int l = blk / pl.blocks;
+    const int64_t n0 = (int64_t)(blk - l * pl.blocks) * ROWS;
+#pragma unroll
+    for (int j = 0; j < S::RT; j++) {
+      const bool act = j >= 8;
+      const nvfp4_operand &o = act ? p.a : p.b;
+      int64_t row = act ? 8 * (j - 8) + g : n0 + 16 * (j >> 1) + 8 * (j & 1) + g;
+      const int64_t rows = act ? p.m : p.n;
+      row = row < rows ? row : rows - 1;
+      dat[j] = o.data + l * o.batch_stride + row * o.row_stride + 16 * t;
+      sfp[j] = o.sf + l * o.sf_batch_stride + nvfp4_sf_offset(o.sf_layout, o.sf_row_stride, kb, row, 0);
+    }
+  };
+  const uint32_t dst0 = ring + 16 * lane, dst_sf0 = ring + 2 * S::RT * 512 + 4 * lane;
+  auto load = [&](int x, int slot) {
+    const int s = x % pl.steps;
+    /* scale word t of item s: blocks 16 s + 4 t .. + 3 */
+    const int64_t col_b = nvfp4_sf_offset(p.b.sf_layout, 0, kb, 0, 16 * s + 4 * t);
+    const int64_t col_a = nvfp4_sf_offset(p.a.sf_layout, 0, kb, 0, 16 * s + 4 * t);
+    const uint32_t dst = dst0 + (uint32_t)(slot * S::SLOT), dst_sf = dst_sf0 + (uint32_t)(slot * S::SLOT);
+#pragma unroll
+    for (int j = 0; j < S::RT; j++) {
+      const uint8_t *src = dat[j] + s * 128;
+      cp_async_16(dst + (2 * j) * 512, src);
+      cp_async_16(dst + (2 * j + 1) * 512, src + 64);
+      cp_async_4(dst_sf + j * 128, sfp[j] + (j >= 8 ? col_a : col_b));
+    }
+  };
+  /* the loader's cursor: next item x of block lb, its quarter ending at le */
+  int lb = b0, lx, le;
+  quarter(lb, lx, le);
+  rebase(lb);
+  auto issue = [&](int slot) {
+    if (lx == le && lb < b1) {
+      while (lx == le && lb < b1) quarter(++lb, lx, le);
+      rebase(lb);
+    }
+    if (lx < le) load(lx++, slot);
+    cp_async_commit();
+  };
+
+  pdl_wait();
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; i++) issue(i);
+
+  const float scale = NVFP4_TC_UNSCALE * problem_alpha(p);
+  float *part = reinterpret_cast<float *>(smem + S::PART);
+  int *last_flag = reinterpret_cast<int *>(smem + S::LAST);
+  int it = 0; /* items this warp has read, across blocks: the ring runs on */
+  for (int blk = b0; blk <= b1; blk++) {
+    int a, e;
+    quarter(blk, a, e);
+    float acc[4][NT][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) acc[j][i][v] = 0.f;
+    for (int x = a; x < e; x++, it++) {
+      cp_async_wait<STAGES - 2>(); /* this thread's copies of item `it` landed */
+      __syncwarp();                /* ... every lane's; and slot it - 1 is read */
+      issue((it + STAGES - 1) % STAGES);
+      const uint32_t slot = ring + (uint32_t)((it % STAGES) * S::SLOT);
+      const uint32_t sf_row = slot + 2 * S::RT * 512 + 4 * (4 * g);
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        /* scale bytes of blocks 8c + 2t, + 1 of each row: word 2c + t / 2 of the quad */
+        const uint32_t sf_at = sf_row + 4 * (2 * c + (t >> 1)) + 2 * (t & 1);
+        uint4 w[S::RT];
+        uint32_t sf[S::RT];
+#pragma unroll
+        for (int j = 0; j < S::RT; j++) {
+          w[j] = ld_shared_u4(slot + (2 * j + c) * 512 + 16 * lane);
+          sf[j] = ld_shared_u16(sf_at + j * 128);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          uint32_t bf[NT][4][2]; /* [n8 tile][k16 step][reg] */
+#pragma unroll
+          for (int i = 0; i < NT; i++) {
+            const uint32_t s2 = nvfp4_e4m3x2_to_half2_bits(((sf[8 + i] >> (8 * h)) & 0xFFu) * 0x101u);
+            uint32_t lo[4], hi[4];
+            nvfp4_e2m1x8_to_half2x4(h ? w[8 + i].z : w[8 + i].x, s2, lo);
+            nvfp4_e2m1x8_to_half2x4(h ? w[8 + i].w : w[8 + i].y, s2, hi);
+#pragma unroll
+            for (int s = 0; s < 4; s++) bf[i][s][0] = lo[s], bf[i][s][1] = hi[s];
+          }
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            const uint4 r0 = w[2 * j], r8 = w[2 * j + 1];
+            const uint32_t sb = prmt(sf[2 * j], sf[2 * j + 1], h ? 0x0051u : 0x0040u);
+            uint32_t f[4][4];
+            nvfp4_wgmma_a_fragments(h ? make_uint2(r0.z, r0.w) : make_uint2(r0.x, r0.y),
+                                    h ? make_uint2(r8.z, r8.w) : make_uint2(r8.x, r8.y), sb, f);
+#pragma unroll
+            for (int s = 0; s < 4; s++)
+#pragma unroll
+              for (int i = 0; i < NT; i++) mma_16816(acc[j][i], f[s], bf[i][s][0], bf[i][s][1]);
+          }
+        }
+      }
+    }
+    if (blk == b1) pdl_launch_dependents();
+
+    /* ---- block blk's segment done: the 4 warps' sums, in warp order.
+     * acc[j][i][v]: weight row 16 j + g + 8 (v / 2), activation row 8 i + 2 t + v % 2. */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int v = 0; v < 4; v++)
+          part[(warp * S::COLS + 8 * i + 2 * t + (v & 1)) * S::PITCH + 16 * j + g + 8 * (v >> 1)] = acc[j][i][v];
+    __syncthreads();
+    constexpr int PER = ROWS * S::COLS / THREADS; /* outputs per thread */
+    float sum[PER];
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+      const int o = tid + THREADS * q, col = o / ROWS, row = o % ROWS;
+      sum[q] = part[col * S::PITCH + row];
+#pragma unroll
+      for (int w2 = 1; w2 < WARPS; w2++) sum[q] += part[(w2 * S::COLS + col) * S::PITCH + row];
+    }
+    const int first = cta_of(pl, blk * pl.steps), last = cta_of(pl, blk * pl.steps + pl.steps - 1);
+    bool store = first == last;
+    if (!store) {
+      float *mine = pl.ws + (int64_t)(blk + cta) * ROWS * S::COLS;
+#pragma unroll
+      for (int q = 0; q < PER; q++) __stcg(mine + tid + THREADS * q, sum[q]);
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) *last_flag = take_ticket(pl.tickets + blk, pl.epoch, last - first + 1);
+      __syncthreads();
+      store = *last_flag;
+      if (store) {
+        __threadfence();
+#pragma unroll
+        for (int q = 0; q < PER; q++) {
+          const float *src = pl.ws + (int64_t)(blk + first) * ROWS * S::COLS + tid + THREADS * q;
+          sum[q] = __ldcg(src);
+          for (int c2 = first + 1; c2 <= last; c2++) sum[q] += __ldcg(src + (int64_t)(c2 - first) * ROWS * S::COLS);
+        }
+      }
+    }
+    if (store) {
+      const int l = blk / pl.blocks;
+      const int64_t n0 = (int64_t)(blk - l * pl.blocks) * ROWS;
+      uint16_t *cl = p.c + l * p.c_batch_stride;
+#pragma unroll
+      for (int q = 0; q < PER; q++) {
+        const int o = tid + THREADS * q, m = o / ROWS;
+        const int64_t n = n0 + o % ROWS;
+        if (m < p.m && n < p.n) store_half(cl + m * p.c_row_stride + n, sum[q] * scale);
+      }
+    }
+    __syncthreads(); /* the tile is free for the next block's sums */
+  }
+  cp_async_wait<0>();
+}
+
+/* Per device and NT: CTAs per SM (the kernel opened up to its shared memory). */
+template <int NT>
+cudaError_t occupancy(const DeviceInfo &dev, int &per_sm) {
+  static int cache[64] = {};
+  if (dev.id >= 64) return cudaErrorInvalidDevice;
+  if (!cache[dev.id]) {
+    cudaError_t e = cudaFuncSetAttribute(skinny_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<NT>::BYTES);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cache[dev.id], skinny_kernel<NT>, THREADS,
+                                                                           Smem<NT>::BYTES);
+    if (e != cudaSuccess) return e;
+    if (!cache[dev.id]) return cudaErrorInvalidConfiguration;
+  }
+  per_sm = cache[dev.id];
+  return cudaSuccess;
+}
+
+template <int NT>
+cudaError_t launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws_fn, void *ctx, cudaStream_t stream) {
+  const DeviceInfo &dev = device_info();
+  int per_sm = 0;
+  if (cudaError_t e = occupancy<NT>(dev, per_sm)) return e;
+  Plan pl = {};
+  pl.blocks = (int)((p.n + ROWS - 1) / ROWS);
+  pl.steps = (int)(p.k / KITEM);
+  const int64_t blocks = p.batch * pl.blocks, items = blocks * pl.steps;
+  /* every SM's CTAs, each at least 2 items (a warp per item at least half the
+   * time); a range that splits a row block needs the workspace, without it a
+   * CTA per row block */
+  int64_t ctas = std::min<int64_t>((int64_t)per_sm * dev.sms, std::max<int64_t>(1, items / 2));
+  ctas = std::min<int64_t>(ctas, 65535);
+  if (ctas != blocks) {
+    const size_t part = (size_t)(blocks + ctas) * ROWS * 8 * NT * sizeof(float);
+    void *ws = ws_fn ? ws_fn(part + (size_t)blocks * sizeof(unsigned long long), ctx) : nullptr;
+    if (ws && aligned(ws, 16)) {
+      pl.ws = static_cast<float *>(ws);
+      pl.tickets = reinterpret_cast<unsigned long long *>(static_cast<uint8_t *>(ws) + part);
+      pl.epoch = launch_epoch() & 0xFFFFFFFFFFFFull;
+      if (!pl.epoch) pl.epoch = 1;
+    } else {
+      ctas = blocks;
+    }
+  }
+  pl.ctas = (int)ctas;
+  pl.q = (int)(items / ctas);
+  pl.r = (int)(items % ctas);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)ctas);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = Smem<NT>::BYTES;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr = pdl_attribute();
+  cfg.attrs = &attr;
+  cfg.numAttrs = dev.major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, skinny_kernel<NT>, p, pl);
+}
+
+/* NVFP4_SKINNY in the environment (read once): 0 never; 1 wherever it can
+ * run (M = 2..16; the tests' second pass); unset, where it measured faster
+ * (below). */
+int skinny_env() {
+  static const int v = [] {
+    const char *e = std::getenv("NVFP4_SKINNY");
+    return !e ? -1 : e[0] == '0' ? 0 : 1;
+  }();
+  return v;
+}
+
+}  // namespace
+
+/* sm_80+; not dual; K a multiple of 256; data 16-byte and scales 4-byte
+ * aligned (every copy one cp.async); the items of a launch countable in 32
+ * bits. Which M: on Hopper 5..8 with K >= 8192, where it measured 7-8% faster
+ * than the wgmma kernel's 32-row tile (H100, PERF.md session 25; slower with
+ * shorter K or M > 8, and the GEMV of M vectors is faster for M <= 4); on
+ * other GPUs, which have no tensor-core path here, 5..16. NVFP4_SKINNY=1:
+ * M = 2..16 everywhere. */
+bool skinny_supported(const nvfp4_matmul &p) {
+  const DeviceInfo &dev = device_info();
+  const int env = skinny_env();
+  if (dev.major < 8 || p.b2.data || !env || p.m > 16 || p.m < 2) return false;
+  if (env < 0 && (p.m < 5 || (dev.major == 9 && dev.minor == 0 && (p.m > 8 || p.k < 8192)))) return false;
+  if (p.k % KITEM || p.batch * ((p.n + ROWS - 1) / ROWS) * (p.k / KITEM) > INT32_MAX / 2) return false;
+  return cp_async_ok(p.a) && cp_async_ok(p.b);
+}
+
+cudaError_t skinny_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ctx, cudaStream_t stream) {
+  return p.m <= 8 ? launch<1>(p, ws, ctx, stream) : launch<2>(p, ws, ctx, stream);
+}

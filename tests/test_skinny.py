@@ -1,0 +1,101 @@
+"""The skinny kernel (csrc/cuda/skinny.cu): a gemm of M <= 16 activation rows with K a multiple
+of 256 on mma.sync, any GPU from sm_80 (by default M = 5..16, on Hopper M = 5..8 with K >= 8192;
+scripts/gpu_check.sh runs this file again with NVFP4_SKINNY=1, the kernel wherever it can run).
+Full-range inputs, outputs poisoned first. Shapes at its edges: M at the n8 tiles' edges (5, 8,
+9, 16), N around its 64-row blocks (5, 63, 65, 129, 4100), K of one item (256) to rows dealt to
+many CTAs (one row block of K = 65536: the block's partials added by its last CTA), batches, both
+scale layouts, offset outputs in padded rows, alpha. On a GPU each case asserts which kernel ran;
+the cases run on the CPU too (the same numbers by another kernel)."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from conftest import HAS_CUDA, assert_matches
+from helpers import captured_graph, gemm_problem, launched, poisoned, ref_gemm, skinny_expected
+
+SM80 = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
+KERNEL = "skinny_kernel"
+
+# (L, M, N, K)
+SHAPES = [
+    (None, 5, 5, 256),
+    (None, 8, 63, 8192),
+    (3, 9, 65, 1024),
+    (None, 16, 129, 4096),
+    (2, 12, 200, 2048),
+    (None, 7, 4100, 256),
+    (None, 8, 64, 65536),  # one row block, 256 items over many CTAs
+    (None, 16, 64, 65536),
+    (None, 6, 1000, 16384),
+    (4, 13, 300, 7168),
+    (2, 2, 77, 512),  # M = 2..4: the GEMV's, the skinny kernel's with NVFP4_SKINNY=1
+]
+
+
+def gemm(device, a, b, **kw):
+    fn = lambda: nk.gemm(a.data, b.data, a.sf, b.sf, **kw)  # noqa: E731
+    if device != "cuda" or not SM80:
+        return fn()
+    out, names = launched(fn)
+    m, k = a.data.shape[-2], 2 * a.data.shape[-1]
+    assert any(KERNEL in n for n in names) == skinny_expected(m, k), f"M={m} K={k}: {names}"
+    return out
+
+
+@pytest.mark.parametrize("layouts", [("linear", "linear"), ("blocked", "blocked"), ("linear", "blocked"),
+                                     ("blocked", "linear")])
+@pytest.mark.parametrize("L,m,n,k", SHAPES)
+def test_skinny_gemm(device, gen, layouts, L, m, n, k):
+    """Into a view with padded rows: nothing written outside it."""
+    a, b = gemm_problem(L, m, n, k, gen, device, layouts)
+    big = poisoned((*([L] if L else []), m, n + 5), device)
+    out = big[..., 2:n + 2]
+    gemm(device, a, b, out=out)
+    assert_matches(out, ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={layouts} on {device}")
+    assert torch.isnan(big[..., :2]).all() and torch.isnan(big[..., n + 2:]).all(), "wrote outside its out view"
+
+
+def test_skinny_alpha(device, gen):
+    a, b = gemm_problem(2, 7, 150, 8192, gen, device, ("blocked", "linear"))
+    alpha = torch.tensor([0.37], device=device)
+    out = gemm(device, a, b, alpha=alpha)
+    assert_matches(out, ref_gemm(a, b, alpha), f"gemm alpha M=7 on {device}")
+
+
+@pytest.mark.skipif(not SM80, reason="needs a CUDA GPU of sm_80 or later")
+def test_skinny_deterministic(gen):
+    """Partials are added in CTA order whichever CTA finishes last: the same bits every call."""
+    a, b = gemm_problem(None, 8, 64, 65536, gen, "cuda")
+    first = gemm("cuda", a, b)
+    for _ in range(3):
+        assert torch.equal(gemm("cuda", a, b), first)
+
+
+@pytest.mark.skipif(not SM80, reason="needs a CUDA GPU of sm_80 or later")
+@pytest.mark.parametrize("m,k", [(4, 8192), (5, 8192), (8, 8192), (8, 4096), (9, 8192), (16, 1024), (17, 8192),
+                                 (8, 8256)])
+def test_which_gemms_take_the_skinny_kernel(gen, m, k):
+    """skinny_supported's rule (tests/helpers.py: skinny_expected), and the result either way."""
+    a, b = gemm_problem(None, m, 300, k, gen, "cuda", ("blocked", "linear"))
+    out = gemm("cuda", a, b)
+    assert_matches(out, ref_gemm(a, b), f"gemm M={m} K={k} on cuda")
+
+
+@pytest.mark.skipif(not SM80, reason="needs a CUDA GPU of sm_80 or later")
+def test_skinny_in_graph(gen):
+    """Captured and replayed on new inputs: every replay keeps the captured ticket epoch, so the
+    last CTA of each row block must leave its ticket cleared for the next replay."""
+    m, n, k = 8, 1000, 16384
+    a, b = gemm_problem(None, m, n, k, gen, "cuda")
+    sa, sb, ssfa, ssfb = (x.clone() for x in (a.data, b.data, a.sf, b.sf))
+    out = poisoned((m, n), "cuda")
+    graph = captured_graph(lambda: nk.gemm(sa, sb, ssfa, ssfb, out=out))
+    for _ in range(3):
+        a2, b2 = gemm_problem(None, m, n, k, gen, "cuda")
+        for dst, src in zip((sa, sb, ssfa, ssfb), (a2.data, b2.data, a2.sf, b2.sf)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matches(out, ref_gemm(a2, b2), "graph replay of the skinny gemm")
