@@ -87,7 +87,7 @@ struct Plan {
   unsigned long long epoch;
   int blocks; /* row blocks per batch */
   int steps;  /* items per row block: K / 256 */
-  int ctas, q, r;
+  int q, r;
 };
 
 __device__ __forceinline__ int cta_of(const Plan &pl, int x) {
@@ -126,7 +126,6 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
   };
   const int64_t kb = p.k / 16;
   const uint32_t ring = smem_base + (uint32_t)(warp * STAGES * S::SLOT);
-
 
   /* ---- the copies of item x into slot `slot` of this warp's ring. A row's
    * bytes and scales of item s sit at its bases (per row block) + s * 128 and
@@ -336,7 +335,6 @@ cudaError_t launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws_fn, void *ctx, c
       ctas = blocks;
     }
   }
-  pl.ctas = (int)ctas;
   pl.q = (int)(items / ctas);
   pl.r = (int)(items % ctas);
   cudaLaunchConfig_t cfg = {};
