@@ -3,7 +3,7 @@
  * which instructions? (development probe, never part of the extension)
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc \
- *        tools/bulk_read.cu -o /tmp/bulk_read && /tmp/bulk_read 7168,16384 4096,7168,8
+ *        tools/bulk_read.cu -o /tmp/bulk_read && /tmp/bulk_read [piece] 7168,16384 4096,7168,8
  *
  * For each case M,K[,L] it reads exactly the bytes a GEMV of that shape reads
  * (L*M*K/2 of fp4 codes, L*M*K/16 of scales; each CTA a contiguous share of
@@ -19,6 +19,13 @@
  *              1-D) of CH bytes of codes + CH/8 of scales per stage into an
  *              NS-slot ring with mbarriers; 8 consumer warps read each stage
  *              from shared memory (N: they only wait and release)
+ *   pieceRxPsSxC the skinny kernel's pattern (PERF.md session 25): CTAs of 4
+ *              warps, each warp an S-slot ring of items of R rows x P bytes
+ *              of codes (+ P/8 of each row's scales), 16-byte cp.async.cg,
+ *              a warp's items contiguous (a row block's pieces in K order),
+ *              CTAs equal contiguous ranges of all items; read back from
+ *              shared memory. Only with `piece` first (then the two ldg
+ *              variants as the reference; cases of L*M % 64 == 0, K % 4096 == 0)
  * Times: "call" = one launch after an L2 sweep (events, median of 9);
  * "loop" = 20 launches back to back over input sets rotated so L2 holds none
  * (events over the loop / 20, median of 5). Fractions are of bytes / the
@@ -28,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -48,6 +56,7 @@ __global__ void sweep_kernel(const uint4 *p, size_t n, unsigned *sink) {
 struct Src {
   const uint4 *a, *s;  /* codes and scales, in 16-byte units */
   size_t na, ns;
+  size_t rows, row_bytes; /* the codes as L*M rows of K/2 bytes (piece) */
 };
 
 __device__ __forceinline__ void share(size_t n, size_t &lo, size_t &hi) {
@@ -141,6 +150,57 @@ __global__ void __launch_bounds__(256) cpasync_kernel(Src src, unsigned *sink) {
   if (x == 0x12345678u) *sink = x;
 }
 
+/* ---- piece: a warp's ring of R rows x P bytes items (the skinny kernel's reads) ---- */
+template <int R, int P, int S>
+__global__ void __launch_bounds__(128) piece_kernel(Src src, unsigned *sink) {
+  extern __shared__ __align__(1024) uint8_t smem[]; /* one declaration for all kernels here */
+  constexpr int CU = R * P / 16, SU = R * P / 128; /* 16-byte units of codes, scales per item */
+  constexpr int SLOT = 16 * (CU + SU);
+  static_assert(CU % 32 == 0 && P % 128 == 0, "whole chunks per lane");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t steps = src.row_bytes / P, items = src.rows / R * steps;
+  size_t lo, hi;
+  share(items, lo, hi);
+  const size_t n = hi - lo, a = lo + n * warp / 4, e = lo + n * (warp + 1) / 4;
+  const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + warp * S * SLOT;
+  const uint8_t *codes = reinterpret_cast<const uint8_t *>(src.a), *scales = reinterpret_cast<const uint8_t *>(src.s);
+  auto issue = [&](size_t x, int slot) {
+    if (x < e) {
+      const size_t row0 = x / steps * R, off = x % steps * P;
+#pragma unroll
+      for (int u = 0; u < CU / 32; u++) {
+        const int c = lane + 32 * u, r = c / (P / 16), k = c % (P / 16);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + slot * SLOT + 16 * c),
+                     "l"(codes + (row0 + r) * src.row_bytes + off + 16 * k)
+                     : "memory");
+      }
+      for (int c = lane; c < SU; c += 32) {
+        const int r = c / (P / 128), k = c % (P / 128);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + slot * SLOT + 16 * (CU + c)),
+                     "l"(scales + (row0 + r) * (src.row_bytes / 8) + off / 8 + 16 * k)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  for (int j = 0; j < S - 1; j++) issue(a + j, j);
+  unsigned x = 0;
+  for (size_t i = a; i < e; i++) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(S - 2) : "memory");
+    __syncwarp();
+    issue(i + S - 1, (int)((i - a + S - 1) % S));
+    const uint4 *st = reinterpret_cast<const uint4 *>(smem + warp * S * SLOT + (i - a) % S * SLOT);
+#pragma unroll
+    for (int c = lane; c < CU + SU; c += 32) {
+      const uint4 v = st[c];
+      x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    __syncwarp();
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if (x == 0x12345678u) *sink = x;
+}
+
 /* ---- bulk: TMA 1-D copies into a shared ring (mbarriers: ptx_sm90.cuh) ---- */
 __device__ __forceinline__ void mbar_expect(uint32_t a, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
@@ -228,6 +288,16 @@ void launch_bulk(Src s, unsigned *sink, int sms, cudaStream_t st) {
   (void)once;
   bulk_kernel<CH, NS, READ, HINT><<<sms * CPS, 288, SMEM, st>>>(s, sink);
 }
+template <int R, int P, int S, int CPS>
+void launch_piece(Src s, unsigned *sink, int sms, cudaStream_t st) {
+  constexpr int SMEM = 4 * S * (R * P + R * P / 8);
+  static bool once = [] {
+    CHECK(cudaFuncSetAttribute(piece_kernel<R, P, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    return true;
+  }();
+  (void)once;
+  piece_kernel<R, P, S><<<sms * CPS, 128, SMEM, st>>>(s, sink);
+}
 template <int U, int CPS>
 void launch_ldg(Src s, unsigned *sink, int sms, cudaStream_t st) { ldg_kernel<U><<<sms * CPS, 256, 0, st>>>(s, sink); }
 template <int U, bool NA, int CPS>
@@ -287,7 +357,21 @@ int main(int argc, char **argv) {
       {"bulk16Kx8N", launch_bulk<16384, 8, false, false, 1>},
       {"bulk32Kx5", launch_bulk<32768, 5, true, false, 1>},
   };
-  for (int c = 1; c < argc; c++) {
+  const Variant pieces[] = {
+      /* name: rows x bytes of an item, ring slots per warp, CTAs of 4 warps per SM */
+      {"piece64x128s2x2", launch_piece<64, 128, 2, 2>},
+      {"piece64x128s3x2", launch_piece<64, 128, 3, 2>},
+      {"piece64x128s2x3", launch_piece<64, 128, 2, 3>},
+      {"piece32x128s4x2", launch_piece<32, 128, 4, 2>},
+      {"piece32x256s2x2", launch_piece<32, 256, 2, 2>},
+      {"piece16x512s2x2", launch_piece<16, 512, 2, 2>},
+      {"piece16x512s3x2", launch_piece<16, 512, 3, 2>},
+      {"piece8x1024s2x2", launch_piece<8, 1024, 2, 2>},
+      {"piece8x1024s2x3", launch_piece<8, 1024, 2, 3>},
+      {"piece4x2048s2x2", launch_piece<4, 2048, 2, 2>},
+  };
+  const bool piece_only = argc > 1 && std::string(argv[1]) == "piece";
+  for (int c = 1 + piece_only; c < argc; c++) {
     long m = 0, k = 0, l = 1;
     if (sscanf(argv[c], "%ld,%ld,%ld", &m, &k, &l) < 2) {
       fprintf(stderr, "case M,K[,L]\n");
@@ -303,12 +387,15 @@ int main(int argc, char **argv) {
       CHECK(cudaMalloc(&sc, 16 * ns));
       CHECK(cudaMemset(a, 0x35, 16 * na));
       CHECK(cudaMemset(sc, 0x38, 16 * ns));
-      s = {a, sc, na, ns};
+      s = {a, sc, na, ns, (size_t)(l * m), (size_t)k / 2};
     }
     const float sol_us = bytes / (copy_bw * 1e12f) * 1e6f;
     printf("\ncase %ldx%ld L%ld: %.1f MB, SOL %.2f us (%d input sets)\n", m, k, l, bytes / 1e6, sol_us, sets);
     printf("%-12s %9s %6s %9s %6s\n", "variant", "call us", "frac", "loop us", "frac");
-    for (const Variant &v : variants) {
+    std::vector<Variant> run(variants, variants + (piece_only ? 2 : sizeof variants / sizeof *variants));
+    for (const Variant &v : pieces)
+      if (piece_only && l * m % 64 == 0 && k % 4096 == 0) run.push_back(v);
+    for (const Variant &v : run) {
       std::vector<float> call, loop;
       for (int r = 0; r < 9; r++) {
         sweep_kernel<<<sms * 4, 256>>>(sweep, sweep_bytes / 16, sink);
