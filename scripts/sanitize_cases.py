@@ -65,7 +65,7 @@ def main():
     a = random_operand(None, 256, 4352, gen=gen, device=dev, layout="blocked")
     b = random_operand(None, 48 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
     bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-    # The skinny kernel (csrc/cuda/skinny.cu; M = 5..8, K >= 8192 on Hopper): 8 x 200 x 8192 in batches of 2 (7
+    # The skinny kernel (csrc/cuda/skinny.cu; on Hopper M = 5..8 with K >= 8192): 8 x 200 x 8192 in batches of 2 (7
     # row blocks of 32 items over many CTAs: partials, tickets), 5 x 70 x 16384 blocked (2 blocks, a tail)
     for L, m, n, k, lay in [(2, 8, 200, 8192, "linear"), (None, 5, 70, 16384, "blocked")]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)

@@ -50,8 +50,8 @@ def launched(fn):
     return out, {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
-def skinny_expected(m, k):
-    """Whether a gemm of M rows and K (aligned operands, N > 4) runs the skinny kernel
+def skinny_expected(m, n, k, batch=1):
+    """Whether a gemm of M rows, N and K (aligned operands, N > 4) runs the skinny kernel
     (csrc/cuda/skinny.cu, skinny_supported) on this GPU under this process's NVFP4_SKINNY."""
     env = os.environ.get("NVFP4_SKINNY")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0) or env == "0" or k % 256:
@@ -59,7 +59,7 @@ def skinny_expected(m, k):
     if env is not None:
         return 2 <= m <= 16
     if torch.cuda.get_device_capability() == (9, 0):
-        return 5 <= m <= 8 and k >= 8192
+        return 5 <= m <= 16 and k >= 8192 and (m <= 8 or batch * n * k >= 2**26)
     return 5 <= m <= 16
 
 

@@ -1,5 +1,6 @@
 """The skinny kernel (csrc/cuda/skinny.cu): a gemm of M <= 16 activation rows with K a multiple
-of 256 on mma.sync, any GPU from sm_80 (by default M = 5..16, on Hopper M = 5..8 with K >= 8192;
+of 256 on mma.sync, any GPU from sm_80 (by default M = 5..16; on Hopper K >= 8192 and M = 5..8,
+or M = 9..16 where L N K >= 2^26;
 scripts/gpu_check.sh runs this file again with NVFP4_SKINNY=1, the kernel wherever it can run).
 Full-range inputs, outputs poisoned first. Shapes at its edges: M at the n8 tiles' edges (5, 8,
 9, 16), N around its 64-row blocks (5, 63, 65, 129, 4100), K of one item (256) to rows dealt to
@@ -38,8 +39,9 @@ def gemm(device, a, b, **kw):
     if device != "cuda" or not SM80:
         return fn()
     out, names = launched(fn)
-    m, k = a.data.shape[-2], 2 * a.data.shape[-1]
-    assert any(KERNEL in n for n in names) == skinny_expected(m, k), f"M={m} K={k}: {names}"
+    (m, k), n = a.data.shape[-2:], b.data.shape[-2]
+    k, batch = 2 * k, a.data.shape[0] if a.data.dim() == 3 else 1
+    assert any(KERNEL in x for x in names) == skinny_expected(m, n, k, batch), f"M={m} N={n} K={k}: {names}"
     return out
 
 
@@ -73,13 +75,15 @@ def test_skinny_deterministic(gen):
 
 
 @pytest.mark.skipif(not SM80, reason="needs a CUDA GPU of sm_80 or later")
-@pytest.mark.parametrize("m,k", [(4, 8192), (5, 8192), (8, 8192), (8, 4096), (9, 8192), (16, 1024), (17, 8192),
-                                 (8, 8256)])
-def test_which_gemms_take_the_skinny_kernel(gen, m, k):
-    """skinny_supported's rule (tests/helpers.py: skinny_expected), and the result either way."""
-    a, b = gemm_problem(None, m, 300, k, gen, "cuda", ("blocked", "linear"))
+@pytest.mark.parametrize("m,n,k", [(4, 300, 8192), (5, 300, 8192), (8, 300, 8192), (8, 300, 4096), (9, 300, 8192),
+                                   (16, 300, 1024), (17, 300, 8192), (8, 300, 8256), (4, 4096, 16384),
+                                   (12, 4096, 16384), (16, 4095, 16384), (16, 8192, 4096)])
+def test_which_gemms_take_the_skinny_kernel(gen, m, n, k):
+    """skinny_supported's rule (tests/helpers.py: skinny_expected; on Hopper large weights,
+    L N K >= 2^26, let M = 9..16 in; M = 4 stays the GEMV's), and the result either way."""
+    a, b = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "linear"))
     out = gemm("cuda", a, b)
-    assert_matches(out, ref_gemm(a, b), f"gemm M={m} K={k} on cuda")
+    assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} K={k} on cuda")
 
 
 @pytest.mark.skipif(not SM80, reason="needs a CUDA GPU of sm_80 or later")

@@ -68,7 +68,7 @@ def test_gemm(device, gen, L, m, n, k):
     a, b = gemm_problem(L, m, n, k, gen, device, lay)
     out = poisoned(((L,) if L else ()) + (m, n), device)
     # M <= 4 runs as a GEMV with the roles swapped, some small M on mma.sync (csrc/cuda/dispatch.cu)
-    kernel = "skinny_kernel" if skinny_expected(m, k) else "gemv_kernel" if m <= 4 else "matmul_sm90_kernel"
+    kernel = "skinny_kernel" if skinny_expected(m, n, k, L or 1) else "gemv_kernel" if m <= 4 else "matmul_sm90_kernel"
     run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out), kernel)
     assert_matches(out, ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 

@@ -3,8 +3,8 @@
  * (device, shape, alignment) and launches it on the caller's stream.
  *
  *   N <= 4, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
- *   M = 5..16 (Hopper: 5..8 and K >= 8192), K % 256 == 0, not dual
- *                                      -> skinny.cu (mma.sync, sm_80+)
+ *   M = 5..16 (Hopper: K >= 8192, and L N K >= 2^26 for M > 8),
+ *   K % 256 == 0, not dual             -> skinny.cu (mma.sync, sm_80+)
  *   M <= 4, aligned (dual too)         -> gemv.cu with the roles swapped
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)

@@ -2,7 +2,8 @@
  * skinny.cu - gemm of few activation rows (M <= 16: a decode step's batch) on
  * mma.sync (sm_80+): C[l, m, n] = alpha * sum_k A[l, m, k] * B[l, n, k].
  * Taken for M = 5..16 on GPUs without the wgmma path, on Hopper where it
- * measured faster than it (M = 5..8, K >= 8192; skinny_supported).
+ * measured faster than it (K >= 8192 and M = 5..8, or M = 9..16 with large
+ * weights; skinny_supported).
  *
  * Speed of light: streaming the weights B once. M = 8, 7168 x 16384: 66 MB,
  * 21.8 us at 3.03 TB/s (H100), against 1.9 GFLOP (2.5 us of tensor time).
@@ -16,6 +17,11 @@
  * ~1200 instructions per item below (64 rows x 256 codes, M <= 8), ~14 codes
  * per instruction, so ~1.9 of the 4 issue slots per clock (the GEMV of one
  * vector needs ~2.5 on an H200 and reaches 0.87 of SOL).
+ * Measured (H100, M = 8, 7168 x 16384): ~38.5 us, 0.57 of SOL. A plain read
+ * of the same pattern takes ~27 us (tools/bulk_read.cu piece64x128); probes
+ * without them put the rest on the scale words' 4-byte copies (~4 us), the
+ * math (~4 us) and the split blocks' fence, tickets and partials (~3 us):
+ * costs that add up, not overlap (PERF.md session 26).
  *
  * Dataflow. An item is 64 weight rows (a row block) x 256 K values; a launch
  * has L x ceil(N / 64) row blocks of K / 256 items each. CTA c of C takes an
@@ -27,8 +33,13 @@
  *     of the wgmma kernel) -> mma.m16n8k16 into fp32 accumulators
  *   segment end: the 4 warps' sums added in shared memory (warp order) ->
  *     fp16 out if the CTA holds the whole block; else an fp32 partial in the
- *     workspace, and the block's last CTA to finish (a ticket) adds every
- *     partial in CTA order and stores. Deterministic; no memset.
+ *     workspace, and on with the next block
+ *   range end (only its first and last block can be split): one fence, a
+ *     ticket per split block; a block's last CTA adds every partial in CTA
+ *     order (four CTAs' loads in flight at once) and stores. Deterministic;
+ *     no memset. Nothing of this waits inside the range: a fence and a
+ *     ticket there stalled the ring (~4% at M = 8), the partials loaded one
+ *     at a time ~5% more (PERF.md session 26).
  *
  * Thread (g, t) of a warp (g = lane / 4, t = lane % 4) holds weight rows
  * 16 j + g and 16 j + g + 8 of the block (m16 tiles j = 0..3: the mma's A,
@@ -73,7 +84,7 @@ struct Smem {
   static constexpr int COLS = 8 * NT;
   static constexpr int PART = RING;
   static constexpr int LAST = PART + WARPS * COLS * PITCH * 4;
-  static constexpr int BYTES = LAST + 16;
+  static constexpr int BYTES = LAST + 16; /* two verdicts */
 };
 
 /* What a launch's CTAs share: the item ranges (items = q * ctas + r: CTA c
@@ -95,9 +106,11 @@ __device__ __forceinline__ int cta_of(const Plan &pl, int x) {
   return x < big ? x / (pl.q + 1) : pl.r + (x - big) / pl.q;
 }
 
-/* Whether this CTA is the last of `n` to reach the block's ticket. */
-__device__ __forceinline__ bool take_ticket(unsigned long long *ticket, unsigned long long epoch, int n) {
-  unsigned long long old = *reinterpret_cast<volatile unsigned long long *>(ticket), next;
+/* Whether this CTA is the last of `n` to reach the block's ticket; `old` is
+ * the ticket as read earlier (a guess: the CAS tells the truth). */
+__device__ __forceinline__ bool take_ticket(unsigned long long *ticket, unsigned long long old,
+                                            unsigned long long epoch, int n) {
+  unsigned long long next;
   for (;;) {
     next = (old >> 16) == epoch ? old + 1 : (epoch << 16) | 1u;
     const unsigned long long seen = atomicCAS(ticket, old, next);
@@ -180,6 +193,28 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
   const float scale = NVFP4_TC_UNSCALE * problem_alpha(p);
   float *part = reinterpret_cast<float *>(smem + S::PART);
   int *last_flag = reinterpret_cast<int *>(smem + S::LAST);
+  /* a row block whose items more than one CTA takes */
+  auto first_cta = [&](int b) { return cta_of(pl, b * pl.steps); };
+  auto last_cta = [&](int b) { return cta_of(pl, b * pl.steps + pl.steps - 1); };
+  auto split = [&](int b) { return first_cta(b) != last_cta(b); };
+  constexpr int PER = ROWS * S::COLS / THREADS; /* outputs per thread: thread tid has o = tid + THREADS q */
+  auto store_block = [&](int b, const float *sum) {
+    const int l = b / pl.blocks;
+    const int64_t n0 = (int64_t)(b - l * pl.blocks) * ROWS;
+    uint16_t *cl = p.c + l * p.c_batch_stride;
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+      const int o = tid + THREADS * q, m = o / ROWS;
+      const int64_t n = n0 + o % ROWS;
+      if (m < p.m && n < p.n) store_half(cl + m * p.c_row_stride + n, sum[q] * scale);
+    }
+  };
+  /* the tickets of the range's first and last block as they are now (threads 0
+   * and 32): the CAS at the end usually finds them so, a round trip fewer */
+  const bool split0 = split(b0), split1 = b1 != b0 && split(b1);
+  unsigned long long guess = 0;
+  if (lane == 0 && (warp ? warp == 1 && split1 : split0))
+    guess = *reinterpret_cast<volatile unsigned long long *>(pl.tickets + (warp ? b1 : b0));
   int it = 0; /* items this warp has read, across blocks: the ring runs on */
   for (int blk = b0; blk <= b1; blk++) {
     int a, e;
@@ -192,11 +227,11 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
 #pragma unroll
         for (int v = 0; v < 4; v++) acc[j][i][v] = 0.f;
     for (int x = a; x < e; x++, it++) {
+      const uint32_t slot = ring + (uint32_t)((it % STAGES) * S::SLOT);
+      const uint32_t sf_row = slot + 2 * S::RT * 512 + 4 * (4 * g);
       cp_async_wait<STAGES - 2>(); /* this thread's copies of item `it` landed */
       __syncwarp();                /* ... every lane's; and slot it - 1 is read */
       issue((it + STAGES - 1) % STAGES);
-      const uint32_t slot = ring + (uint32_t)((it % STAGES) * S::SLOT);
-      const uint32_t sf_row = slot + 2 * S::RT * 512 + 4 * (4 * g);
 #pragma unroll
       for (int c = 0; c < 2; c++) {
         /* scale bytes of blocks 8c + 2t, + 1 of each row: word 2c + t / 2 of the quad */
@@ -247,7 +282,6 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
         for (int v = 0; v < 4; v++)
           part[(warp * S::COLS + 8 * i + 2 * t + (v & 1)) * S::PITCH + 16 * j + g + 8 * (v >> 1)] = acc[j][i][v];
     __syncthreads();
-    constexpr int PER = ROWS * S::COLS / THREADS; /* outputs per thread */
     float sum[PER];
 #pragma unroll
     for (int q = 0; q < PER; q++) {
@@ -256,39 +290,54 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
 #pragma unroll
       for (int w2 = 1; w2 < WARPS; w2++) sum[q] += part[(w2 * S::COLS + col) * S::PITCH + row];
     }
-    const int first = cta_of(pl, blk * pl.steps), last = cta_of(pl, blk * pl.steps + pl.steps - 1);
-    bool store = first == last;
-    if (!store) {
+    if (split(blk)) { /* an fp32 partial; the block's last CTA adds them up below */
       float *mine = pl.ws + (int64_t)(blk + cta) * ROWS * S::COLS;
 #pragma unroll
       for (int q = 0; q < PER; q++) __stcg(mine + tid + THREADS * q, sum[q]);
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) *last_flag = take_ticket(pl.tickets + blk, pl.epoch, last - first + 1);
-      __syncthreads();
-      store = *last_flag;
-      if (store) {
-        __threadfence();
-#pragma unroll
-        for (int q = 0; q < PER; q++) {
-          const float *src = pl.ws + (int64_t)(blk + first) * ROWS * S::COLS + tid + THREADS * q;
-          sum[q] = __ldcg(src);
-          for (int c2 = first + 1; c2 <= last; c2++) sum[q] += __ldcg(src + (int64_t)(c2 - first) * ROWS * S::COLS);
-        }
-      }
-    }
-    if (store) {
-      const int l = blk / pl.blocks;
-      const int64_t n0 = (int64_t)(blk - l * pl.blocks) * ROWS;
-      uint16_t *cl = p.c + l * p.c_batch_stride;
-#pragma unroll
-      for (int q = 0; q < PER; q++) {
-        const int o = tid + THREADS * q, m = o / ROWS;
-        const int64_t n = n0 + o % ROWS;
-        if (m < p.m && n < p.n) store_half(cl + m * p.c_row_stride + n, sum[q] * scale);
-      }
+    } else {
+      store_block(blk, sum);
     }
     __syncthreads(); /* the tile is free for the next block's sums */
+  }
+
+  /* ---- the split blocks of the range (only its first and last can be): a
+   * ticket each (threads 0 and 32 at once), after the loop, where no copy
+   * waits on them; the fence after the barrier publishes the CTA's partials. */
+  if (split0 || split1) {
+    __syncthreads();
+    if (lane == 0 && warp < 2) {
+      const int b = warp ? b1 : b0;
+      bool mine = false;
+      if (warp ? split1 : split0) {
+        __threadfence();
+        mine = take_ticket(pl.tickets + b, guess, pl.epoch, last_cta(b) - first_cta(b) + 1);
+      }
+      last_flag[warp] = mine;
+    }
+    __syncthreads();
+    for (int h = 0; h < 2; h++) {
+      if (!last_flag[h]) continue;
+      __threadfence();
+      const int blk = h ? b1 : b0;
+      const int first = first_cta(blk), last = last_cta(blk);
+      /* in CTA order, four CTAs' loads in flight at once */
+      const float *src = pl.ws + (int64_t)(blk + first) * ROWS * S::COLS + tid;
+      float sum[PER];
+      for (int c0 = first; c0 <= last; c0 += 4) {
+        float v[4][PER];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int q = 0; q < PER; q++)
+            v[u][q] = c0 + u <= last ? __ldcg(src + (int64_t)(c0 + u - first) * ROWS * S::COLS + THREADS * q) : 0.f;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int q = 0; q < PER; q++)
+            if (c0 + u <= last) sum[q] = c0 + u == first ? v[u][q] : sum[q] + v[u][q];
+      }
+      store_block(blk, sum);
+    }
   }
   cp_async_wait<0>();
 }
@@ -363,16 +412,24 @@ int skinny_env() {
 
 /* sm_80+; not dual; K a multiple of 256; data 16-byte and scales 4-byte
  * aligned (every copy one cp.async); the items of a launch countable in 32
- * bits. Which M: on Hopper 5..8 with K >= 8192, where it measured 7-8% faster
- * than the wgmma kernel's 32-row tile (H100, PERF.md session 25; slower with
- * shorter K or M > 8, and the GEMV of M vectors is faster for M <= 4); on
- * other GPUs, which have no tensor-core path here, 5..16. NVFP4_SKINNY=1:
- * M = 2..16 everywhere. */
+ * bits. Which M: on Hopper, with K >= 8192, M = 5..8, and M = 9..16 where the
+ * weights hold at least 2^26 values (L N K): there it measured 5-15% faster
+ * than the wgmma kernel's 32-row tile (H100, PERF.md session 26; slower with
+ * shorter K, and at M > 8 with fewer items per CTA; the GEMV of M vectors is
+ * as fast or faster for M <= 4); on other GPUs, which have no tensor-core path
+ * here, 5..16. NVFP4_SKINNY=1: M = 2..16 everywhere. */
 bool skinny_supported(const nvfp4_matmul &p) {
   const DeviceInfo &dev = device_info();
   const int env = skinny_env();
   if (dev.major < 8 || p.b2.data || !env || p.m > 16 || p.m < 2) return false;
-  if (env < 0 && (p.m < 5 || (dev.major == 9 && dev.minor == 0 && (p.m > 8 || p.k < 8192)))) return false;
+  if (env < 0) {
+    if (dev.major == 9 && dev.minor == 0) {
+      const bool big = (double)p.batch * p.n * p.k >= (double)(1ll << 26);
+      if (p.m < 5 || p.k < 8192 || (p.m > 8 && !big)) return false;
+    } else if (p.m < 5) {
+      return false;
+    }
+  }
   if (p.k % KITEM || p.batch * ((p.n + ROWS - 1) / ROWS) * (p.k / KITEM) > INT32_MAX / 2) return false;
   return cp_async_ok(p.a) && cp_async_ok(p.b);
 }
