@@ -17,11 +17,13 @@
  * ~1200 instructions per item below (64 rows x 256 codes, M <= 8), ~14 codes
  * per instruction, so ~1.9 of the 4 issue slots per clock (the GEMV of one
  * vector needs ~2.5 on an H200 and reaches 0.87 of SOL).
- * Measured (H100, M = 8, 7168 x 16384): ~38.5 us, 0.57 of SOL. A plain read
- * of the same pattern takes ~27 us (tools/bulk_read.cu piece64x128); probes
- * without them put the rest on the scale words' 4-byte copies (~4 us), the
- * math (~4 us) and the split blocks' fence, tickets and partials (~3 us):
- * costs that add up, not overlap (PERF.md session 26).
+ * Measured (H100, M = 8, 7168 x 16384): 38.5-39.5 us, 0.55-0.57 of SOL. A
+ * plain read of the same pattern, scales included, takes ~27 us
+ * (tools/bulk_read.cu piece64x128). Probe builds without each part: the math
+ * ~4 us, the split blocks' fence, tickets and partials ~3 us; the rest
+ * (~5 us: activation rows, barriers, the sums) not split further. The 4-byte
+ * scale copies cost their bytes only (8-byte copies of two rows' words: no
+ * change). PERF.md session 26.
  *
  * Dataflow. An item is 64 weight rows (a row block) x 256 K values; a launch
  * has L x ceil(N / 64) row blocks of K / 256 items each. CTA c of C takes an
