@@ -28,20 +28,24 @@
  * Dataflow. An item is 64 weight rows (a row block) x 256 K values; a launch
  * has L x ceil(N / 64) row blocks of K / 256 items each. CTA c of C takes an
  * equal contiguous range of all items (a block's items, then the next
- * block's), its 4 warps an equal quarter of each block's share (a segment).
+ * block's), its 4 warps each an equal contiguous quarter of that.
  *   gmem B, A rows and scales --cp.async, a 2-slot ring per warp--> smem
  *   per 64 K values: a thread's 16 codes of 8 weight rows and of its
  *     activation row(s) -> fp16 fragments (numerics.h: the decoder and K order
  *     of the wgmma kernel) -> mma.m16n8k16 into fp32 accumulators
- *   segment end: the 4 warps' sums added in shared memory (warp order) ->
- *     fp16 out if the CTA holds the whole block; else an fp32 partial in the
- *     workspace, and on with the next block
- *   range end (only its first and last block can be split): one fence, a
- *     ticket per split block; a block's last CTA adds every partial in CTA
- *     order (four CTAs' loads in flight at once) and stores. Deterministic;
- *     no memset. Nothing of this waits inside the range: a fence and a
- *     ticket there stalled the ring (~4% at M = 8), the partials loaded one
- *     at a time ~5% more (PERF.md session 26).
+ *   a block whole in one warp: fp16 out from its fragments as the warp
+ *     leaves it; a warp's first block (begun before it) held in shared
+ *     memory, its last (going on after it) in registers
+ *   warps done: the held sums of each block added in shared memory (warp
+ *     order) -> fp16 out, or, for a block split over CTAs (only the range's
+ *     first and last can be), an fp32 partial in the workspace
+ *   then one fence, a ticket per split block; a block's last CTA adds every
+ *     partial in CTA order (four CTAs' loads in flight at once) and stores.
+ *     Deterministic; no memset. Nothing waits inside the loop: a barrier
+ *     per block's segment (warps dealt a quarter of each block, so unequal
+ *     shares where blocks end) cost up to 5%, a fence and a ticket there
+ *     ~4% at M = 8, the partials loaded one at a time ~5% (PERF.md
+ *     session 26).
  *
  * Thread (g, t) of a warp (g = lane / 4, t = lane % 4) holds weight rows
  * 16 j + g and 16 j + g + 8 of the block (m16 tiles j = 0..3: the mma's A,
@@ -76,7 +80,8 @@ static_assert(STAGES >= 2, "a slot in flight while one is read");
 /* Shared memory of NT n8 tiles: per warp and slot [2 * RT chunks][32 lanes]
  * of 16 bytes, then [RT rows][32 lanes] scale words (RT = 8 weight rows + NT
  * activation rows per thread); then the epilogue's [warp][column][PITCH]
- * fp32 tile and the ticket's verdict. */
+ * fp32 tile (a warp's held first block) and the tickets' verdicts and the
+ * held blocks' numbers. */
 template <int NT>
 struct Smem {
   static constexpr int RT = 8 + NT;
@@ -86,7 +91,7 @@ struct Smem {
   static constexpr int COLS = 8 * NT;
   static constexpr int PART = RING;
   static constexpr int LAST = PART + WARPS * COLS * PITCH * 4;
-  static constexpr int BYTES = LAST + 16; /* two verdicts */
+  static constexpr int BYTES = LAST + 8 + 8 * WARPS; /* two verdicts, the held blocks */
 };
 
 /* What a launch's CTAs share: the item ranges (items = q * ctas + r: CTA c
@@ -133,12 +138,8 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
   const int cta = blockIdx.x;
   const int beg = cta * pl.q + min(cta, pl.r), end = beg + pl.q + (cta < pl.r);
   const int b0 = beg / pl.steps, b1 = (end - 1) / pl.steps; /* row blocks of the launch, with l */
-  /* this warp's quarter [a, e) of block b's items in the CTA's range */
-  auto quarter = [&](int b, int &a, int &e) {
-    const int s0 = max(beg, b * pl.steps), n = min(end, (b + 1) * pl.steps) - s0;
-    a = s0 + n * warp / WARPS;
-    e = s0 + n * (warp + 1) / WARPS;
-  };
+  /* this warp's items: an equal contiguous quarter [wa, we) of the CTA's range */
+  const int wa = beg + (end - beg) * warp / WARPS, we = beg + (end - beg) * (warp + 1) / WARPS;
   const int64_t kb = p.k / 16;
   const uint32_t ring = smem_base + (uint32_t)(warp * STAGES * S::SLOT);
 
@@ -175,16 +176,14 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
       cp_async_4(dst_sf + j * 128, sfp[j] + (j >= 8 ? col_a : col_b));
     }
   };
-  /* the loader's cursor: next item x of block lb, its quarter ending at le */
-  int lb = b0, lx, le;
-  quarter(lb, lx, le);
+  /* the loader's cursor: next item lx, of block lb, which ends at item lend */
+  int lx = wa, lb = wa / pl.steps, lend = (lb + 1) * pl.steps;
   rebase(lb);
   auto issue = [&](int slot) {
-    if (lx == le && lb < b1) {
-      while (lx == le && lb < b1) quarter(++lb, lx, le);
-      rebase(lb);
+    if (lx < we) {
+      if (lx == lend) rebase(++lb), lend += pl.steps;
+      load(lx++, slot);
     }
-    if (lx < le) load(lx++, slot);
     cp_async_commit();
   };
 
@@ -217,18 +216,59 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
   unsigned long long guess = 0;
   if (lane == 0 && (warp ? warp == 1 && split1 : split0))
     guess = *reinterpret_cast<volatile unsigned long long *>(pl.tickets + (warp ? b1 : b0));
-  int it = 0; /* items this warp has read, across blocks: the ring runs on */
-  for (int blk = b0; blk <= b1; blk++) {
-    int a, e;
-    quarter(blk, a, e);
-    float acc[4][NT][4];
+  /* ---- this warp's items in order; acc holds block cur's sums. A block the
+   * warp holds whole is stored as the warp leaves it; its first block, if it
+   * began before wa, waits in the warp's tile of `part`, its last, if it goes
+   * on past we, in registers: both are added to the other warps' (and CTAs')
+   * sums after the loop, so no warp waits for another inside it.
+   * acc[j][i][v]: weight row 16 j + g + 8 (v / 2), activation row 8 i + 2 t + v % 2. */
+  float acc[4][NT][4];
+  auto clear = [&] {
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
       for (int i = 0; i < NT; i++)
 #pragma unroll
         for (int v = 0; v < 4; v++) acc[j][i][v] = 0.f;
-    for (int x = a; x < e; x++, it++) {
+  };
+  auto to_tile = [&](float *tile) { /* [column][PITCH] */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int v = 0; v < 4; v++)
+          tile[(8 * i + 2 * t + (v & 1)) * S::PITCH + 16 * j + g + 8 * (v >> 1)] = acc[j][i][v];
+  };
+  auto store_acc = [&](int b) { /* block b whole in this warp: fp16 out from the fragments */
+    const int l = b / pl.blocks;
+    const int64_t n0 = (int64_t)(b - l * pl.blocks) * ROWS;
+    uint16_t *cl = p.c + l * p.c_batch_stride;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+          const int m = 8 * i + 2 * t + (v & 1);
+          const int64_t n = n0 + 16 * j + g + 8 * (v >> 1);
+          if (m < p.m && n < p.n) store_half(cl + m * p.c_row_stride + n, acc[j][i][v] * scale);
+        }
+  };
+  clear();
+  int cur = wa / pl.steps, cend = (cur + 1) * pl.steps; /* acc's block and its end */
+  int held = -1;                                        /* the first block, if held in part */
+  for (int x = wa, it = 0; x < we; x++, it++) {
+    if (x == cend) { /* block cur ends inside this warp's items */
+      if (cur * pl.steps < wa) {
+        to_tile(part + warp * S::COLS * S::PITCH);
+        held = cur;
+      } else {
+        store_acc(cur);
+      }
+      clear();
+      cur++, cend += pl.steps;
+    }
       const uint32_t slot = ring + (uint32_t)((it % STAGES) * S::SLOT);
       const uint32_t sf_row = slot + 2 * S::RT * 512 + 4 * (4 * g);
       cp_async_wait<STAGES - 2>(); /* this thread's copies of item `it` landed */
@@ -271,35 +311,48 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
           }
         }
       }
-    }
-    if (blk == b1) pdl_launch_dependents();
+  }
+  pdl_launch_dependents();
+  const bool tail = we > wa && (cur * pl.steps < wa || cend > we); /* acc shared with others */
+  if (we > wa && !tail) store_acc(cur);
 
-    /* ---- block blk's segment done: the 4 warps' sums, in warp order.
-     * acc[j][i][v]: weight row 16 j + g + 8 (v / 2), activation row 8 i + 2 t + v % 2. */
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-      for (int i = 0; i < NT; i++)
-#pragma unroll
-        for (int v = 0; v < 4; v++)
-          part[(warp * S::COLS + 8 * i + 2 * t + (v & 1)) * S::PITCH + 16 * j + g + 8 * (v >> 1)] = acc[j][i][v];
-    __syncthreads();
+  /* ---- the sums of blocks shared between warps or CTAs, added in warp order:
+   * entry 2 w + h of `desc` is warp w's held first block (h = 0, its tile in
+   * `part`) or its last (h = 1, its tile where its ring was); a block's
+   * entries are consecutive. Whole blocks out as fp16; a block split over
+   * CTAs as this CTA's fp32 partial. */
+  cp_async_wait<0>();
+  __syncthreads(); /* every warp is past its loop: the rings are free */
+  int *desc = last_flag + 2;
+  if (tail) to_tile(reinterpret_cast<float *>(smem + warp * STAGES * S::SLOT));
+  if (lane == 0) desc[2 * warp] = held, desc[2 * warp + 1] = tail ? cur : -1;
+  __syncthreads();
+  {
     float sum[PER];
+    int prev = -1;
+    for (int e2 = 0; e2 < 2 * WARPS; e2++) {
+      const int b = desc[e2];
+      if (b < 0) continue;
+      const float *tile = e2 & 1 ? reinterpret_cast<const float *>(smem + (e2 >> 1) * STAGES * S::SLOT)
+                                 : part + (e2 >> 1) * S::COLS * S::PITCH;
 #pragma unroll
-    for (int q = 0; q < PER; q++) {
-      const int o = tid + THREADS * q, col = o / ROWS, row = o % ROWS;
-      sum[q] = part[col * S::PITCH + row];
+      for (int q = 0; q < PER; q++) {
+        const int o = tid + THREADS * q;
+        const float x = tile[(o / ROWS) * S::PITCH + o % ROWS];
+        sum[q] = b == prev ? sum[q] + x : x;
+      }
+      prev = b;
+      int next = -1;
+      for (int e3 = e2 + 1; e3 < 2 * WARPS && next < 0; e3++) next = desc[e3];
+      if (next == b) continue;
+      if (split(b)) { /* an fp32 partial; the block's last CTA adds them up below */
+        float *mine = pl.ws + (int64_t)(b + cta) * ROWS * S::COLS;
 #pragma unroll
-      for (int w2 = 1; w2 < WARPS; w2++) sum[q] += part[(w2 * S::COLS + col) * S::PITCH + row];
+        for (int q = 0; q < PER; q++) __stcg(mine + tid + THREADS * q, sum[q]);
+      } else {
+        store_block(b, sum);
+      }
     }
-    if (split(blk)) { /* an fp32 partial; the block's last CTA adds them up below */
-      float *mine = pl.ws + (int64_t)(blk + cta) * ROWS * S::COLS;
-#pragma unroll
-      for (int q = 0; q < PER; q++) __stcg(mine + tid + THREADS * q, sum[q]);
-    } else {
-      store_block(blk, sum);
-    }
-    __syncthreads(); /* the tile is free for the next block's sums */
   }
 
   /* ---- the split blocks of the range (only its first and last can be): a
@@ -341,7 +394,6 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
       store_block(blk, sum);
     }
   }
-  cp_async_wait<0>();
 }
 
 /* Per device and NT: CTAs per SM (the kernel opened up to its shared memory). */
