@@ -5,6 +5,7 @@ import os
 
 import torch
 
+import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand, vector_operand
 
@@ -74,3 +75,20 @@ def captured_graph(fn):
     with torch.cuda.graph(graph):
         fn()
     return graph
+
+
+def gemm_graph_replays(m, n, k, gen, replays):
+    """A gemm of M x N x K captured in a CUDA graph, then replayed on new inputs copied into the
+    captured ones, its output poisoned before each replay: yields (output, reference) per replay."""
+    a, b = gemm_problem(None, m, n, k, gen, "cuda")
+    inputs = [x.clone() for x in (a.data, b.data, a.sf, b.sf)]
+    out = poisoned((m, n), "cuda")
+    graph = captured_graph(lambda: nk.gemm(*inputs, out=out))
+    for _ in range(replays):
+        a2, b2 = gemm_problem(None, m, n, k, gen, "cuda")
+        for dst, src in zip(inputs, (a2.data, b2.data, a2.sf, b2.sf)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        yield out, ref_gemm(a2, b2)

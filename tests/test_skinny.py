@@ -13,7 +13,7 @@ import torch
 
 import nvfp4_kernels as nk
 from conftest import HAS_CUDA, assert_matches
-from helpers import captured_graph, gemm_problem, launched, poisoned, ref_gemm, skinny_expected
+from helpers import gemm_graph_replays, gemm_problem, launched, poisoned, ref_gemm, skinny_expected
 
 SM80 = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
 KERNEL = "skinny_kernel"
@@ -90,16 +90,5 @@ def test_which_gemms_take_the_skinny_kernel(gen, m, n, k):
 def test_skinny_in_graph(gen):
     """Captured and replayed on new inputs: every replay keeps the captured ticket epoch, so the
     last CTA of each row block must leave its ticket cleared for the next replay."""
-    m, n, k = 8, 1000, 16384
-    a, b = gemm_problem(None, m, n, k, gen, "cuda")
-    sa, sb, ssfa, ssfb = (x.clone() for x in (a.data, b.data, a.sf, b.sf))
-    out = poisoned((m, n), "cuda")
-    graph = captured_graph(lambda: nk.gemm(sa, sb, ssfa, ssfb, out=out))
-    for _ in range(3):
-        a2, b2 = gemm_problem(None, m, n, k, gen, "cuda")
-        for dst, src in zip((sa, sb, ssfa, ssfb), (a2.data, b2.data, a2.sf, b2.sf)):
-            dst.copy_(src)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_matches(out, ref_gemm(a2, b2), "graph replay of the skinny gemm")
+    for out, ref in gemm_graph_replays(8, 1000, 16384, gen, replays=3):
+        assert_matches(out, ref, "graph replay of the skinny gemm")
