@@ -2,6 +2,7 @@
 reference, then timed. This is the project's main job (README: `make demo`).
 
     python -m benchmarks.competition [--problem P ...] [--shapes benchmarks|tests] [--json FILE] [--no-bf16]
+    python -m benchmarks.competition --groups 80,176,64x4096x7168 ...   (grouped gemm of these sizes only)
 
 On a GPU (default: the task.yml benchmark shapes), per shape:
   t_call  GPU time of one submission.custom_kernel call after an L2 eviction (read sweep), median
@@ -89,7 +90,18 @@ def check(problem, data):
     return ok, worst
 
 
-def run(problems, which, json_path=None, bf16=True):
+def group_shape(text: str) -> dict:
+    """'M1,M2,...xNxK' -> a group_gemm shape dict (every group N x K)."""
+    try:
+        ms, n, k = text.split("x")
+        m = [int(v) for v in ms.split(",")]
+        n, k = int(n), int(k)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected M1,M2,...xNxK, got {text!r}") from None
+    return {"m": m, "n": [n] * len(m), "k": [k] * len(m), "g": len(m)}
+
+
+def run(problems, which, json_path=None, bf16=True, groups=None):
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     ceil = measure_ceilings() if cuda else None
@@ -100,7 +112,7 @@ def run(problems, which, json_path=None, bf16=True):
         print(f"ceilings: copy {ceil.bandwidth / 1e12:.2f} TB/s, fp16 matmul {ceil.fp16_rate / 1e12:.0f} TFLOP/s")
     rows = []
     for problem in problems:
-        for i, shape in enumerate(tasks.shapes(problem)[which]):
+        for i, shape in enumerate(groups if groups else tasks.shapes(problem)[which]):
             data = competition_inputs(problem, shape, seed=1000 + i, device=device)
             ok, worst = check(problem, data)
             row = {"problem": problem, "shape": describe(problem, shape), "ok": ok, "worst_err_over_tol": worst}
@@ -147,9 +159,12 @@ def main(argv=None):
     ap.add_argument("--shapes", choices=("benchmarks", "tests"), default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-bf16", action="store_true", help="skip the cuBLAS bf16 comparison (A/B runs)")
+    ap.add_argument("--groups", nargs="+", type=group_shape, metavar="M1,M2,...xNxK",
+                    help="grouped gemm of these group sizes only (instead of the task's shapes)")
     args = ap.parse_args(argv)
     which = args.shapes or ("benchmarks" if torch.cuda.is_available() else "tests")
-    rows = run(args.problem, which, args.json, bf16=not args.no_bf16)
+    problems = ["group_gemm"] if args.groups else args.problem
+    rows = run(problems, which, args.json, bf16=not args.no_bf16, groups=args.groups)
     failed = [r for r in rows if not r["ok"]]
     print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
