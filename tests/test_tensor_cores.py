@@ -62,6 +62,19 @@ def run(device, fn, kernel="matmul_sm90_kernel"):
     return out
 
 
+def gemm_or_dual(op, a, b1, b2, out):
+    """(call, reference) of op into out: "gemm" a x b1, "dual" silu(a x b1) * (a x b2)."""
+    if op == "gemm":
+        return (lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out)), ref_gemm(a, b1)
+    return ((lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out)),
+            reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf))
+
+
+def tc_kernel(op, *args):
+    """The start of the tensor-core kernel's name: op's DUAL, then the template arguments args."""
+    return f"matmul_sm90_kernel<{'true' if op == 'dual' else 'false'}, " + ", ".join(map(str, args)) + ","
+
+
 @pytest.mark.parametrize("L,m,n,k", SHAPES)
 def test_gemm(device, gen, L, m, n, k):
     lay = layouts_for(m, n, k)
@@ -109,6 +122,23 @@ def test_group_gemm(device, gen, sizes):
                                       [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs))
     for g, ((a, b), out) in enumerate(zip(probs, outs)):
         assert_matches(out, ref_gemm(a, b), f"group_gemm group {g} of {sizes} on {device}")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,m", [("gemm", m) for m in (129, 160, 161, 192, 193, 224, 225)] +
+                         [("dual", 150), ("dual", 200)])
+def test_narrow_last_tile(gen, op, m):
+    """128-row tiles whose last holds 1..32, 33..64, 65..96 or 97 rows: the
+    consumers run wgmma of N = 32, 64, 96 or 128 there (the first N rows of
+    the fp16 tile into the first N / 2 accumulators; matmul_sm90.cu, consume),
+    each boundary from both sides, split-K over a cluster (K = 2048)."""
+    n, k = 300, 2048
+    a, b1 = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "linear"))
+    b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
+    out = poisoned((m, n), "cuda")
+    call, ref = gemm_or_dual(op, a, b1, b2, out)
+    run("cuda", call, tc_kernel(op, 128))
+    assert_matches(out, ref, f"{op} M={m} N={n} K={k} on cuda (last row tile of {(m - 1) % 128 + 1} rows)")
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
@@ -298,13 +328,9 @@ def test_long_k_ring_reuse(gen, op, m, n, k):
     for _ in range(3):
         a, b1 = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "blocked"))
         out = poisoned((m, n), "cuda")
-        if op == "gemm":
-            run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out))
-            ref = ref_gemm(a, b1)
-        else:
-            b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
-            run("cuda", lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
-            ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+        b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked") if op == "dual" else None
+        call, ref = gemm_or_dual(op, a, b1, b2, out)
+        run("cuda", call)
         assert_matches(out, ref, f"{op} M={m} N={n} K={k} on cuda")
 
 
@@ -318,13 +344,9 @@ def test_multi_wave_tiles(gen, op, L, m, n, k):
     64- and 32-row activation tiles."""
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", layouts_for(m, n, k))
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
-    if op == "gemm":
-        run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out))
-        ref = ref_gemm(a, b1)
-    else:
-        b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layouts_for(m, n, k)[1])
-        run("cuda", lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
-        ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+    b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layouts_for(m, n, k)[1]) if op == "dual" else None
+    call, ref = gemm_or_dual(op, a, b1, b2, out)
+    run("cuda", call)
     assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda")
 
 
@@ -348,13 +370,8 @@ def test_stream_k(gen, op, L):
         stale = torch.full((ws_bytes,), 0xFF, dtype=torch.uint8, device="cuda")
         del stale  # its block goes back to the allocator's pool, bytes and all
         out = poisoned(((L,) if L else ()) + (m, n), "cuda")
-        if op == "gemm":
-            run("cuda", lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out), "matmul_sm90_kernel<false, 128, true,")
-            ref = ref_gemm(a, b1)
-        else:
-            run("cuda", lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out),
-                "matmul_sm90_kernel<true, 128, true,")
-            ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+        call, ref = gemm_or_dual(op, a, b1, b2, out)
+        run("cuda", call, tc_kernel(op, 128, "true"))
         assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} on cuda (stream-K)")
 
 
@@ -374,12 +391,8 @@ def test_predecoded(gen, op, L, m, n, k):
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", ("blocked", "linear"))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout="linear")
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
-    if op == "gemm":
-        _, names = launched(lambda: nk.gemm(a.data, b1.data, a.sf, b1.sf, out=out))
-        ref = ref_gemm(a, b1)
-    else:
-        _, names = launched(lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out))
-        ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
+    call, ref = gemm_or_dual(op, a, b1, b2, out)
+    _, names = launched(call)
     main = [re.search(r"matmul_sm90_kernel<[^>]*, (true|false)>", n_) for n_ in names]
     main = [m_[1] for m_ in main if m_]  # the last template argument: PRE
     assert main == (["true"] if pre else ["false"]), names
@@ -430,10 +443,12 @@ def test_stream_k_with_few_sms(gen):
 def test_stream_k_group(gen):
     """A grouped launch as stream-K: groups of different M and N (tails), one
     K, 4/3 of the multiprocessors in whole tiles (the competition's 8-group
-    4096 x 7168 shape has 176 tiles for 132 SMs); an empty group between."""
+    4096 x 7168 shape has 176 tiles for 132 SMs); an empty group between.
+    The last row tiles of the groups hold 80, 48 and 2 rows: wgmma of N = 128,
+    64 and 32 (stream-K takes no N = 96; test_narrow_last_tile)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     k = 7168
-    sizes = [(80, 4096 - 50), (0, 512), (248, 4096), (130, (4 * sms // 3 - 16 - 32) // 2 * 256 - 3)]
+    sizes = [(80, 4096 - 50), (0, 512), (176, 4096), (130, (4 * sms // 3 - 16 - 32) // 2 * 256 - 3)]
     probs = [gemm_problem(None, m, n, k, gen, "cuda", ("linear", "blocked")) for m, n in sizes]
     outs = [poisoned((m, n), "cuda") for m, n in sizes]
     run("cuda", lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],

@@ -23,6 +23,11 @@
  *     order between the two: PERF.md, session 14). Each waits for its own
  *     wgmma before decoding again: ptxas serializes register-sourced wgmma
  *     whose next fragments are written while earlier ones are in flight.
+ *     A 128-row tile of at most 96 rows (M % 128, a group's last tile)
+ *     issues m64n96k16, m64n64k16 or m64n32k16 instead (stream-K: no n96,
+ *     which spilled): 5%, 5% and 13% off such tiles, no more, since the step
+ *     is set by the decodes and the producer, not the tensor op (H100,
+ *     PERF.md session 27).
  * Epilogue: both consumers' sums -> fp32 tile in smem ->
  *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16.
  *
@@ -97,6 +102,9 @@
 
 #ifndef NVFP4_SM90_SK /* stream-K: 0 never, 1 where the cost model prefers it, 2 wherever allowed */
 #define NVFP4_SM90_SK 1
+#endif
+#ifndef NVFP4_SM90_NARROW /* 128-row tiles of <= 96 rows: wgmma of N = 32, 64 or 96 (experiment knob) */
+#define NVFP4_SM90_NARROW 1
 #endif
 
 namespace {
@@ -600,37 +608,55 @@ __global__ void __launch_bounds__(THREADS, 1)
           (uint32_t)opaque((int)(smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1)));
       const uint32_t sfb_at = (uint32_t)opaque((int)(smem_addr + RAW_BASE + RAW_SFB + r00 * 4 + tq));
       const uint64_t desc0 = wgmma_desc_sw128(smem_addr);
-      int slot = g0 % STAGES; /* SK: where the rings stand after the earlier segments */
-      uint32_t full_phase = (g0 / STAGES) & 1, slot_off = slot * STAGE_BYTES;
-      for (int j = 0; j < steps; j++) {
-        const int buf = (g0 + j) & (NA16 - 1);
-        mbar_wait(bar(BAR_FULL + slot), full_phase);
-        uint2 v[2][2];
-        uint32_t sb[2];
+      /* The K loop with wgmma of N activation rows: TM, or for a 128-row
+       * tile of at most 96, 64 or 32 rows (the last of M % 128 <= 96) the
+       * smaller instruction, which reads the first N rows of the fp16 tile
+       * into the first N / 2 accumulators of each half (the m64nN layouts
+       * are prefixes of one another); the rest stay 0. */
+      auto consume = [&](auto n_rows) {
+        constexpr int N = decltype(n_rows)::value;
+        int slot = g0 % STAGES; /* SK: where the rings stand after the earlier segments */
+        uint32_t full_phase = (g0 / STAGES) & 1, slot_off = slot * STAGE_BYTES;
+        for (int j = 0; j < steps; j++) {
+          const int buf = (g0 + j) & (NA16 - 1);
+          mbar_wait(bar(BAR_FULL + slot), full_phase);
+          uint2 v[2][2];
+          uint32_t sb[2];
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-          v[hf][0] = ld_shared_u2(b_at + slot_off + 2048 * hf);
-          v[hf][1] = ld_shared_u2(b_at + slot_off + 2048 * hf + 256);
-          sb[hf] = ld_shared_u8(sfb_at + slot_off + 256 * hf) | ld_shared_u8(sfb_at + slot_off + 256 * hf + 32) << 8;
+          for (int hf = 0; hf < 2; hf++) {
+            v[hf][0] = ld_shared_u2(b_at + slot_off + 2048 * hf);
+            v[hf][1] = ld_shared_u2(b_at + slot_off + 2048 * hf + 256);
+            sb[hf] = ld_shared_u8(sfb_at + slot_off + 256 * hf) | ld_shared_u8(sfb_at + slot_off + 256 * hf + 32) << 8;
+          }
+          mbar_arrive(bar(BAR_EMPTY + slot)); /* as in the producer */
+          if (++slot == STAGES) slot = 0, slot_off = 0, full_phase ^= 1;
+          else slot_off += STAGE_BYTES;
+          uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
+#pragma unroll
+          for (int hf = 0; hf < 2; hf++) nvfp4_wgmma_a_fragments(v[hf][0], v[hf][1], sb[hf], f[hf]);
+          /* descriptor address field: (byte address) / 16, + 2 per k16 step */
+          const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
+          mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
+          wgmma_fence();
+#pragma unroll
+          for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+            for (int s = 0; s < 4; s++)
+              wgmma_rs<N>(*reinterpret_cast<float(*)[N / 2]>(&acc[hf][0]), f[hf][s], desc + 2 * s);
+          wgmma_commit();
+          NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
+          wgmma_wait<0>();
+          if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
         }
-        mbar_arrive(bar(BAR_EMPTY + slot)); /* as in the producer */
-        if (++slot == STAGES) slot = 0, slot_off = 0, full_phase ^= 1;
-        else slot_off += STAGE_BYTES;
-        uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) nvfp4_wgmma_a_fragments(v[hf][0], v[hf][1], sb[hf], f[hf]);
-        /* descriptor address field: (byte address) / 16, + 2 per k16 step */
-        const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
-        mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
-        wgmma_fence();
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-          for (int s = 0; s < 4; s++) wgmma_rs<TM>(acc[hf], f[hf][s], desc + 2 * s);
-        wgmma_commit();
-        NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
-        wgmma_wait<0>();
-        if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
+      };
+      if constexpr (TM == 128 && NVFP4_SM90_NARROW) {
+        const int64_t rows = p.m - m0;
+        if (rows <= 32) consume(std::integral_constant<int, 32>{});
+        else if (rows <= 64) consume(std::integral_constant<int, 64>{});
+        else if (!SK && rows <= 96) consume(std::integral_constant<int, 96>{});
+        else consume(std::integral_constant<int, 128>{});
+      } else {
+        consume(std::integral_constant<int, TM>{});
       }
       NVFP4_TRACE_POINT(tid == 128, 5);
       NVFP4_TRACE_POINT(tid == 256, 8);
