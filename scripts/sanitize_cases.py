@@ -19,6 +19,7 @@ def main():
 
     # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
     # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
+    # the last 128-row tile of M = 130 / 161 / 200 runs wgmma of N = 32 / 64 / 96;
     # N = 1 takes the GEMV (its dual: the tensor cores), one 16-byte chunk per lane where rows are few:
     # (37, 512) and (2 x 37, 1024) with 16 and 32 lanes per row, (37, 8192) and (2 x 20, 16384) each row split
     # along K over 4 and 8 warps (csrc/cuda/gemv.cu, GemvDeal); two chunks per lane where rows fill a wave of
@@ -26,9 +27,9 @@ def main():
     # 264 CTAs (k CTAs per SM)
     cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
              (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
-             (None, 130, 20480, 64, "blocked"), (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"),
-             (None, 37, 1, 8192, "blocked"), (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"),
-             (None, 4300, 1, 1024, "blocked")]
+             (None, 130, 20480, 64, "blocked"), (None, 161, 129, 256, "linear"), (None, 200, 129, 128, "blocked"),
+             (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"), (None, 37, 1, 8192, "blocked"),
+             (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"), (None, 4300, 1, 1024, "blocked")]
     for L, m, n, k, lay in cases:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
@@ -60,9 +61,10 @@ def main():
         b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
         bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                          reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
-    # Stream-K (csrc/cuda/matmul_sm90.cu): 96 whole 128-row tiles of 68 K steps; on a 132-SM Hopper the plan
-    # deals their K steps to 132 CTAs that hand partials over through the workspace
-    a = random_operand(None, 256, 4352, gen=gen, device=dev, layout="blocked")
+    # Stream-K (csrc/cuda/matmul_sm90.cu): 96 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
+    # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs that hand partials over through the
+    # workspace
+    a = random_operand(None, 176, 4352, gen=gen, device=dev, layout="blocked")
     b = random_operand(None, 48 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
     bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
     # The skinny kernel (csrc/cuda/skinny.cu; on Hopper M = 5..8 with K >= 8192): 8 x 200 x 8192 in batches of 2 (7
