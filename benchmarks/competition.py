@@ -11,7 +11,8 @@ On a GPU (default: the task.yml benchmark shapes), per shape:
           gemm/dual/group procedure: includes host time wherever it exceeds the GPU's, and the
           write-back of the fill's dirty lines)
   sol     speed of light from the ceilings measured in this run; frac = sol / t
-  bf16    cuBLAS on operands pre-dequantized to bf16 (exact), same flush; speedup = bf16 / t_call
+  bf16    cuBLAS on operands pre-dequantized to bf16 (exact), same flush; speedup = bf16 / t_call,
+          and in brackets bf16 / sol: the speedup a kernel at the speed of light would have
 On the CPU (default: the task.yml test shapes): one call each, wall time.
 Inputs are full range (nvfp4_kernels.testing), not the harness's narrow ones.
 """
@@ -131,6 +132,7 @@ def run(problems, which, json_path=None, bf16=True, groups=None):
                 row.update(t_call_us=t_call * 1e6, t_loop_us=t_loop * 1e6, host_us=t_host * 1e6, sol_us=sol * 1e6,
                            frac_sol=sol / t_call,
                            frac_sol_loop=sol / t_loop, bf16_us=t_bf16 * 1e6, speedup=t_bf16 / t_call,
+                           speedup_at_sol=t_bf16 / sol,
                            tflops=flops / t_call / 1e12, gbps=nbytes / t_call / 1e9)
                 del inputs
             else:
@@ -150,7 +152,7 @@ def format_row(r, cuda):
         return f"{head} {r['t_call_us'] / 1e3:10.1f} ms (CPU)"
     return (f"{head} {r['t_call_us']:8.1f} us SOL {r['sol_us']:6.1f} frac {r['frac_sol']:.2f} "
             f"loop {r['t_loop_us']:7.1f} ({r['frac_sol_loop']:.2f}) host {r['host_us']:5.1f}  bf16 {r['bf16_us']:7.1f} "
-            f"x{r['speedup']:.2f}")
+            f"x{r['speedup']:.2f} (at SOL x{r['bf16_us'] / r['sol_us']:.2f})")
 
 
 def main(argv=None):
