@@ -29,7 +29,10 @@
  *     is set by the decodes and the producer, not the tensor op (H100,
  *     PERF.md session 27).
  * Epilogue: both consumers' sums -> fp32 tile in smem ->
- *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16.
+ *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16
+ *   (store_share; in gemm launches of split 2 the producer's warps join the
+ *   consumers' for the sum, whose distributed-shared-memory loads wait on
+ *   the SM-to-SM network: 3-6% off the 2-group competition shapes).
  *
  * K order. A sum may take its K terms in any order as long as both operands
  * agree. Inside each 64-wide step the kernel uses the order that makes every
@@ -105,6 +108,9 @@
 #endif
 #ifndef NVFP4_SM90_NARROW /* 128-row tiles of <= 96 rows: wgmma of N = 32, 64 or 96 (experiment knob) */
 #define NVFP4_SM90_NARROW 1
+#endif
+#ifndef NVFP4_SM90_EPI_ALL /* the epilogue's sums and stores by all 12 warps (1) or the consumers' 8 (0) */
+#define NVFP4_SM90_EPI_ALL 1
 #endif
 
 namespace {
@@ -335,6 +341,58 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
 #endif
 }
 
+#if NVFP4_SM90A
+/* The epilogue's second half, after barrier B: of the tile at (l, n0, m0) of
+ * problem p, this CTA's share of the rows (TM / split of them, rank `rank`),
+ * the partials of the cluster's fp32 tiles `part` (shared address part_addr)
+ * summed in rank order, alpha or silu(C1) * C2, fp16 stores; element vectors
+ * first, first + stride, ... by the consumers' eight warps, or with the
+ * producer's four (the kernel's EPI_ALL): then the distributed-shared-memory
+ * loads of a split-K sum have 12 warps to hide their latency. */
+template <bool DUAL, int TM>
+__device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const float *part, uint32_t part_addr,
+                                            int rank, int split, int64_t m0, int64_t n0, int first, int stride) {
+  constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R;
+  constexpr int VECS = OUT_COLS / 4;
+  const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
+  const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
+  uint16_t *c = p.c + l * p.c_batch_stride;
+  const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
+  /* the problem's fields in registers: read through the table's dynamic
+   * index, each was an indexed constant load inside the loop */
+  const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
+  /* all of a thread's loads are issued before the sums */
+#pragma unroll 2
+  for (int idx = first; idx < (mr1 - mr0) * VECS; idx += stride) {
+    const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
+    const int64_t m = m0 + mr, n = n0 + nc;
+    if (m >= pm || n >= pn) continue;
+    float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
+    if (split == 1) {
+      s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
+      if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
+    } else {
+      const uint32_t addr = part_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
+      s1 = sum_partials(addr, split);
+      if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
+    }
+    float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
+    if (DUAL) {
+      o[0] = silu(o[0]) * (s2.x * scale);
+      o[1] = silu(o[1]) * (s2.y * scale);
+      o[2] = silu(o[2]) * (s2.z * scale);
+      o[3] = silu(o[3]) * (s2.w * scale);
+    }
+    uint16_t *dst = c + m * c_row_stride + n;
+    if (vec_ok && n + 3 < pn) {
+      st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
+    } else {
+      for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
+    }
+  }
+}
+#endif
+
 template <bool DUAL, int TM, bool SK, bool PRE>
 __global__ void __launch_bounds__(THREADS, 1)
     matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split, const StreamK sk,
@@ -438,6 +496,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (SK && si && !after_handover) named_barrier_sync(0, THREADS);
   };
 
+  /* store_share by all 12 warps in gemm launches of split 2: there each thread's
+   * share drops from 16 to 11 element vectors, and the 2-group 3072 x 4096
+   * shape ran 4% faster (H100, PERF.md session 28); at split 4 and 8 the share
+   * drops by less than the producer's entry costs (1-2% slower), at split 1
+   * nothing changed; the dual's producer, summing two tiles at 88 registers,
+   * made it slower; stream-K and the pre-decoded producer spilled. */
+  constexpr bool EPI_ALL = NVFP4_SM90_EPI_ALL && !DUAL && !SK && !PRE;
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     for (int si = 0; segment(si); si++) {
@@ -570,11 +635,15 @@ __global__ void __launch_bounds__(THREADS, 1)
       pdl_launch_dependents();
       /* the epilogue's barriers, with the consumers: (A) the rings are free, (B)
        * the partial tile is written (and with split-K: (C) it has been read);
-       * none where the consumers hand the partial over (SK) */
+       * none where the consumers hand the partial over (SK). Between B and C
+       * (EPI_ALL, split 2) a share of the sums and stores. */
       if (!(SK && kbeg > 0)) {
         named_barrier_sync(0, THREADS);
         if (split > 1) {
           cluster_sync();
+          if (EPI_ALL && split == 2)
+            store_share<DUAL, TM>(p, l, reinterpret_cast<const float *>(smem), smem_addr, rank, split, m0, n0, tid,
+                                  THREADS);
           cluster_sync();
         } else {
           named_barrier_sync(0, THREADS);
@@ -720,45 +789,12 @@ __global__ void __launch_bounds__(THREADS, 1)
       else named_barrier_sync(0, THREADS);
       NVFP4_TRACE_POINT(tid == 128, 6);
 
-      /* ---- epilogue, second half (consumers: the producer's registers are
-       * few): this CTA's share of the tile's rows, partials summed in rank order */
-      const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
-      constexpr int VECS = OUT_COLS / 4;
-      const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
-      uint16_t *c = p.c + l * p.c_batch_stride;
-      const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
-      /* the problem's fields in registers: read through the table's dynamic
-       * index, each was an indexed constant load inside the loop */
-      const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
-      /* all of a thread's loads are issued before the sums */
-#pragma unroll 2
-      for (int idx = ct; idx < (mr1 - mr0) * VECS; idx += THREADS - 128) {
-        const int mr = mr0 + idx / VECS, nc = (idx % VECS) * 4;
-        const int64_t m = m0 + mr, n = n0 + nc;
-        if (m >= pm || n >= pn) continue;
-        float4 s1 = make_float4(0.f, 0.f, 0.f, 0.f), s2 = s1;
-        if (split == 1) {
-          s1 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc);
-          if (DUAL) s2 = *reinterpret_cast<const float4 *>(part + mr * PART_PITCH + nc + OUT_COLS);
-        } else {
-          const uint32_t addr = smem_addr + (uint32_t)(mr * PART_PITCH + nc) * 4;
-          s1 = sum_partials(addr, split);
-          if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
-        }
-        float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
-        if (DUAL) {
-          o[0] = silu(o[0]) * (s2.x * scale);
-          o[1] = silu(o[1]) * (s2.y * scale);
-          o[2] = silu(o[2]) * (s2.z * scale);
-          o[3] = silu(o[3]) * (s2.w * scale);
-        }
-        uint16_t *dst = c + m * c_row_stride + n;
-        if (vec_ok && n + 3 < pn) {
-          st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
-        } else {
-          for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
-        }
-      }
+      /* ---- epilogue, second half (store_share; stream-K launches have split 1,
+       * said at compile time: with the cluster sum compiled in, their kernels
+       * spilled) */
+      const bool all = EPI_ALL && split == 2;
+      store_share<DUAL, TM>(p, l, part, smem_addr, rank, SK ? 1 : split, m0, n0, all ? tid : ct,
+                            all ? THREADS : THREADS - 128);
       NVFP4_TRACE_POINT(tid == 128, 11);
       if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
       NVFP4_TRACE_POINT(tid == 128, 7);
