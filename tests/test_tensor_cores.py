@@ -351,6 +351,24 @@ def test_multi_wave_tiles(gen, op, L, m, n, k):
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,n", [("gemm", 1200), ("dual", 600)])
+def test_split_two_epilogue(gen, op, n):
+    """40 tiles of 8 K steps (M = 1000: 8 activation tiles, the last of 104
+    rows; 5 weight tiles, the last partly past N): split-K over clusters of 2,
+    where the gemm's producer warps join the consumers in the epilogue's sums
+    and stores (csrc/cuda/matmul_sm90.cu, store_share). Every output written,
+    once, right."""
+    m, k = 1000, 512
+    a, b1 = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "blocked"))
+    b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked") if op == "dual" else None
+    out = poisoned((m, n), "cuda")
+    call, ref = gemm_or_dual(op, a, b1, b2, out)
+    grids = [g for name, g in launched_grids(call) if tc_kernel(op, 128, "false") in name]
+    assert grids == [(80, 1, 1)], grids  # 40 tiles x split 2
+    assert_matches(out, ref, f"{op} M={m} N={n} K={k} on cuda")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
 @pytest.mark.parametrize("op,L", [("gemm", None), ("dual", 2)])
 def test_stream_k(gen, op, L):
     """Whole 128-row tiles for about 3/4 of the multiprocessors, each with
