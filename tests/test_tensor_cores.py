@@ -419,6 +419,29 @@ def test_predecoded(gen, op, L, m, n, k):
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+def test_group_predecoded(gen):
+    """Eight groups of 58 to 354 rows x 7168 x 4096: 26 row tiles x 28 column
+    tiles for 132 SMs. Counted in K steps alone, stream-K looked cheaper than
+    whole tiles; counted with the pre-pass that whole tiles get (9% off their
+    steps), whole tiles pre-decoded win (choose_plan; 7% faster on an H100,
+    PERF.md session 29). On a 132-SM GPU the launch must be that: the pre-pass
+    and the main kernel without stream-K (with NVFP4_PREDECODE=0, no pre-pass).
+    Every GPU: right against the reference, into poisoned outputs."""
+    pre = os.environ.get("NVFP4_PREDECODE") != "0"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sizes = [231, 58, 321, 354, 194, 88, 191, 319]
+    probs = [gemm_problem(None, m, 7168, 4096, gen, "cuda", ("blocked", "linear")) for m in sizes]
+    outs = [poisoned((m, 7168), "cuda") for m in sizes]
+    _, names = launched(lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],
+                                              [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs))
+    if sms == 132 and pre:
+        assert any("act_predecode_kernel" in n_ for n_ in names), names
+        assert any("matmul_sm90_kernel<false, 128, false, true>" in n_ for n_ in names), names  # not stream-K, PRE
+    for g, ((a, b), out) in enumerate(zip(probs, outs)):
+        assert_matches(out, ref_gemm(a, b), f"group_gemm group {g} of {sizes} x 7168 x 4096 on cuda")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
 def test_stream_k_with_few_sms(gen):
     """Stream-K is planned for one CTA per SM. Here another kernel holds all SMs
     but one for seconds, so the launch's CTAs run one at a time: the launch
@@ -458,15 +481,20 @@ def test_stream_k_with_few_sms(gen):
 
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
-def test_stream_k_group(gen):
+@pytest.mark.parametrize("short", [False, True])
+def test_stream_k_group(gen, short):
     """A grouped launch as stream-K: groups of different M and N (tails), one
     K, 4/3 of the multiprocessors in whole tiles (the competition's 8-group
     4096 x 7168 shape has 176 tiles for 132 SMs); an empty group between.
     The last row tiles of the groups hold 80, 48 and 2 rows: wgmma of N = 128,
-    64 and 32 (stream-K takes no N = 96; test_narrow_last_tile)."""
+    64 and 32 (stream-K takes no N = 96; test_narrow_last_tile). `short`:
+    groups of 1, 33 and 64 rows and one of 130, so that nearly every tile is
+    short and the ranges of equal cost (sk_ranges) are far from equal K steps."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     k = 7168
     sizes = [(80, 4096 - 50), (0, 512), (176, 4096), (130, (4 * sms // 3 - 16 - 32) // 2 * 256 - 3)]
+    if short:
+        sizes = [(1, 4096 - 50), (33, 4096), (0, 512), (64, 4096 + 7), (130, (4 * sms // 3 - 16 - 16 - 17) // 2 * 256 - 3)]
     probs = [gemm_problem(None, m, n, k, gen, "cuda", ("linear", "blocked")) for m, n in sizes]
     outs = [poisoned((m, n), "cuda") for m, n in sizes]
     run("cuda", lambda: nk.group_gemm([a.data for a, _ in probs], [b.data for _, b in probs],

@@ -57,10 +57,11 @@
  *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
- * takes an equal share of all tiles' K steps instead, partials through a
- * global workspace (StreamK below). Only where the cost model (choose_plan)
- * expects 5% less time, every problem of the launch has the same K and the
- * caller gives the workspace (nvfp4_matmul_cuda_ws).
+ * takes an equal share of all tiles' K steps instead (equal in cost: a short
+ * tile's step counts less, sk_ranges), partials through a global workspace
+ * (StreamK below). Only where the cost model (choose_plan) expects 5% less
+ * time, every problem of the launch has the same K and the caller gives the
+ * workspace (nvfp4_matmul_cuda_ws).
  *
  * Speed of light (H200 measured: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
  * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Issue slots
@@ -221,32 +222,40 @@ struct StageCopies {
 };
 #endif
 
-/* Stream-K launches (128-row tiles, every problem the same K): the launch's tiles x K
- * steps are dealt to `ctas` CTAs (one per SM) in equal contiguous ranges, so a
- * CTA works on one or more segments (a tile's K range). A segment that starts
- * inside a tile can only be a CTA's first: it stores its fp32 partial in the
- * workspace slot of its range and raises the range's flag. The segment holding
- * the tile's K start (a CTA's last) adds the partials of the later ranges in
- * range order and stores the tile. No CTA waits before its own partial is out.
- * Ranges go to CTAs in reverse (CTA c takes range ctas - 1 - c), so a tile's
- * owner waits only on CTAs numbered below it: with CTAs started in index order
- * (the assumption CUB's decoupled look-back scan makes too) every wait ends even
- * when fewer CTAs than the grid's fit at once (MPS limits, green contexts, a
- * concurrent kernel holding SMs).
+/* Stream-K launches (128-row tiles, every problem the same K): the launch's
+ * tiles x K steps are dealt to `ctas` CTAs (one per SM) in contiguous ranges
+ * of equal cost (sk_ranges), so a CTA works on one or more segments (a tile's
+ * K range). A segment that starts inside a tile can only be a CTA's first: it
+ * stores its fp32 partial in the workspace slot of its range and raises the
+ * range's flag. The segment holding the tile's K start (a CTA's last) adds
+ * the partials of the later ranges in range order and stores the tile. No CTA
+ * waits before its own partial is out. Ranges go to CTAs in reverse (CTA c
+ * takes range ctas - 1 - c), so a tile's owner waits only on CTAs numbered
+ * below it: with CTAs started in index order (the assumption CUB's decoupled
+ * look-back scan makes too) every wait ends even when fewer CTAs than the
+ * grid's fit at once (MPS limits, green contexts, a concurrent kernel holding
+ * SMs).
  * Flags without a memset per launch (one would end the programmatic overlap
  * of this launch with the kernel before it): a raised flag holds the launch's
  * epoch, a 64-bit value no earlier launch used (launch_epoch), so whatever the
  * workspace held before passes for it only by a 2^-64 chance; the owner
  * resets each flag it consumed to 0, so a CUDA graph's replays, which keep
  * the captured epoch, start from cleared flags. */
-struct StreamK {
+constexpr int SK_MAX_CTAS = 256; /* stream-K plans one CTA per SM: devices of more SMs run split-K */
+template <int MAX_CTAS>
+struct StreamKT {
   float *ws;  /* per range: 256 consumer threads x TM floats, [TM / 4][256] float4 */
   unsigned long long *flags; /* per range: `epoch` once its partial is in ws  */
   unsigned long long epoch;
   int ctas;
   int ksteps; /* of every problem of the launch                               */
-  int q, r;   /* tiles x K steps = q * ctas + r: range c starts at c q + min(c, r) */
+  /* range c is the launch's K steps [start[c], start[c + 1]) (tile-major),
+   * start[ctas] = tiles x K steps; every range is non-empty (sk_ranges) */
+  int32_t start[MAX_CTAS + 1];
 };
+/* The stream-K kernels' parameter; the others get StreamKT<0>, which keeps
+ * their parameters (the launch table's 3.9 KB) within 4 KB. */
+using StreamK = StreamKT<SK_MAX_CTAS>;
 
 #if NVFP4_SM90A
 /* Sum of the float4 at `addr` in CTAs 0..split-1 of the cluster, in rank
@@ -395,7 +404,7 @@ __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const 
 
 template <bool DUAL, int TM, bool SK, bool PRE>
 __global__ void __launch_bounds__(THREADS, 1)
-    matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split, const StreamK sk,
+    matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split, const __grid_constant__ StreamKT<SK ? SK_MAX_CTAS : 0> sk,
                        const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
   using L = Layout<TM>;
@@ -432,7 +441,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int ksteps = SK ? sk.ksteps : (int)(t.p[pg].k / KSTEP);
   /* SK: the first K step of range c of the launch's tiles x ksteps (< 2^31);
    * this CTA's range (reversed: see StreamK) */
-  auto sk_start = [&](int c) { return c * sk.q + min(c, sk.r); };
+  auto sk_start = [&](int c) { return sk.start[opaque(c)]; }; /* loaded where used, not held in a register */
   const int range = SK ? sk.ctas - 1 - (int)blockIdx.x : 0;
   int gtile = 0; /* SK: the segment's tile in the launch */
   int g0 = 0;    /* SK: the CTA's K steps before this segment (the rings run on) */
@@ -865,6 +874,20 @@ int max_clusters(int split, const DeviceInfo &dev) {
   return n;
 }
 
+/* Whether pre-decoding (Predecoded) pays, in K steps of one CTA (~0.9 us on
+ * an H100): the main kernel's steps take ~9% less time (8.5-10.7% on 10
+ * shapes, H100, PERF.md session 23); the pre-pass takes ~2 steps plus its
+ * traffic, 2.28 bytes per byte of fp16 tiles (fp4 and scales read, fp16
+ * written) at ~2.9 TB/s: one step per 2.13 MB of tiles. Chosen where the
+ * saving exceeds the cost by 25%, and only for launches of whole tiles (no
+ * split-K or stream-K): with either, calls back to back (the competition's
+ * loop) measured 2-10% slower pre-decoded, even where one call alone was
+ * faster. */
+constexpr double PRE_STEP_SAVING = 0.09;
+inline bool predecode_pays(double cta_steps, double a16_bytes) {
+  return PRE_STEP_SAVING * cta_steps > 1.25 * (2.2 + a16_bytes / 2.13e6);
+}
+
 /* How a launch covers its tiles: clusters of `split` CTAs sharing each tile's
  * K, or (sk_ctas > 0) stream-K over sk_ctas CTAs. */
 struct Plan {
@@ -876,19 +899,28 @@ struct Plan {
  * need times the steps per CTA, plus the pipeline fill and epilogue per wave
  * (~3 steps of the 128-row tile; the smaller tiles' steps are shorter, so the
  * same time is more of them). Ties go to the smaller split.
- * Stream-K (128-row tiles, one K, a workspace to ask for): the steps per CTA, a
- * fill and epilogue per segment, 4 for a partial's store and load, 3 more per
- * further partial the tile's owner adds (the CTAs that share a tile),
+ * Stream-K (128-row tiles, one K, a workspace to ask for): the steps per CTA
+ * (sk_steps / ctas: the launch's steps at sk_step_cost, as sk_ranges deals
+ * them), a fill and epilogue per segment, 4 for a partial's store and load, 3
+ * more per further partial the tile's owner adds (the CTAs that share a tile),
  * against the best split-K with 2 more per wave where the split sums through
- * DSMEM (~4 us instead of ~1, PERF.md session 6); chosen when 5% cheaper.
- * Fitted to 14 shapes measured both ways (H200, PERF.md session 11): it picks
- * the two that gained (dual 512 x 3072 x 7168 by 12%, the 8-group 4096 x
- * 7168 by 8%) and none of those that lost (0-75%). */
+ * DSMEM (~4 us instead of ~1, PERF.md session 6), and split 1 pre-decoded
+ * (PRE_STEP_SAVING off its steps) where a workspace is given (pre_bytes >= 0:
+ * the pre-pass's fp16 tiles) and predecode_pays; stream-K is chosen when 5%
+ * cheaper. Fitted to 14 shapes measured both ways (H200, PERF.md session 11),
+ * before the pre-pass existed; session 29 (H100) added the pre-pass and the
+ * costs at sk_step_cost: of the 7 grouped shapes whose plan that changed, 6
+ * ran faster (one call 2.6-8.6%, the loop 0.8-12%), one slower (1.4%, the
+ * loop 3.3%). */
+#ifndef NVFP4_SM90_SK_PLAN /* experiment knob: 0 = session 11's costs (steps alike, no pre-pass) */
+#define NVFP4_SM90_SK_PLAN 1
+#endif
 template <bool DUAL, int TM>
-Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &dev) {
+Plan choose_plan(int64_t tiles, int64_t ksteps, double sk_steps, double pre_bytes, bool sk_ok, const DeviceInfo &dev) {
   constexpr double FILL_STEPS = TM == 128 ? 3.0 : 8.0;
   int best = 1;
   double best_cost = 1e30, split_k_cost = 1e30; /* the latter: against stream-K */
+  double pre_cost = 1e30; /* split 1 pre-decoded, where that pays */
   for (int s = 1; s <= MAX_SPLIT; s++) {
     if (s > 1 && ksteps / s < 4) break;
     const int fit = max_clusters<DUAL, TM>(s, dev);
@@ -896,7 +928,13 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
     const double waves = (double)((tiles + fit - 1) / fit);
     const double cost = waves * ((double)((ksteps + s - 1) / s) + FILL_STEPS);
     if (cost < best_cost * 0.97) best = s, best_cost = cost;
-    split_k_cost = std::min(split_k_cost, cost + (s > 1 ? 2.0 * waves : 0.0));
+    if (NVFP4_SM90_SK_PLAN && s == 1 && pre_bytes >= 0 && predecode_pays(cost, pre_bytes))
+      pre_cost = cost * (1.0 - PRE_STEP_SAVING);
+    split_k_cost = std::min(split_k_cost, std::min(cost, pre_cost) + (s > 1 ? 2.0 * waves : 0.0));
+  }
+  if (pre_cost < best_cost) { /* split 1, pre-decoded (TileLaunch: predecode_pays) */
+    best_cost = pre_cost / (1.0 - PRE_STEP_SAVING);
+    best = 1;
   }
   Plan plan = {best, 0, best_cost};
   /* Stream-K is planned for one CTA per SM of the device. Where the process
@@ -907,10 +945,10 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, bool sk_ok, const DeviceInfo &de
     const char *e = std::getenv("NVFP4_STREAM_K");
     return e && e[0] == '0';
   }();
-  if (TM == 128 && sk_ok && NVFP4_SM90_SK && !sk_env_off && tiles * ksteps >= dev.sms &&
+  if (TM == 128 && sk_ok && NVFP4_SM90_SK && !sk_env_off && dev.sms <= SK_MAX_CTAS && tiles * ksteps >= dev.sms &&
       tiles * ksteps <= INT32_MAX) {
     const int ctas = dev.sms;
-    const double per_cta = (double)(tiles * ksteps) / ctas;
+    const double per_cta = (NVFP4_SM90_SK_PLAN ? sk_steps : (double)(tiles * ksteps)) / ctas;
     const double segments = std::ceil(per_cta / (double)ksteps) + 1.0;
     const double more_partials = std::ceil((double)ksteps / per_cta) - 1.0;
     const double cost = per_cta + segments * FILL_STEPS + 4.0 + 3.0 * more_partials;
@@ -925,6 +963,74 @@ inline size_t sk_workspace_bytes(int ctas, int tm) {
   return (size_t)ctas * (sk_partial_bytes(tm) + sizeof(unsigned long long));
 }
 
+/* Stream-K ranges of equal cost, not equal K steps. A K step of a 128-row
+ * tile whose activation rows end early costs less: the producer skips the
+ * padding rows and the consumers' wgmma is as narrow as the rows (N = 32 or
+ * 64; stream-K takes no N = 96). Measured per step against a full tile (H100,
+ * PERF.md session 27): <= 32 rows 0.82, <= 64 rows 0.90, fewer than 128
+ * rows 0.98. Equal step counts then leave the CTAs of narrow tiles done early
+ * while those of full tiles set the time (the 8-group 4096 x 7168 shape: 6
+ * of its 11 row tiles are short). Costs in 1/50 of a full step;
+ * NVFP4_SM90_SK_COST=0 (an experiment knob) deals equal steps. */
+#ifndef NVFP4_SM90_SK_COST
+#define NVFP4_SM90_SK_COST 1
+#endif
+inline int sk_step_cost(int64_t rows) { return rows <= 32 ? 41 : rows <= 64 ? 45 : rows < 128 ? 49 : 50; }
+
+/* The cost of a launch's 128-row tiles of ksteps each, in 1/50 steps;
+ * `uniform` where every tile is full (or NVFP4_SM90_SK_COST=0). */
+struct SkCost {
+  int64_t cost;
+  bool uniform;
+};
+inline SkCost sk_cost(const MatmulTable &t, int ksteps) {
+  SkCost sc = {0, !NVFP4_SM90_SK_COST};
+  for (int g = 0; g < t.count; g++) {
+    const nvfp4_matmul &p = t.p[g];
+    const int64_t tiles_m = (p.m + 127) / 128;
+    if (!tiles_m) continue;
+    const int64_t periods = (t.tile_start[g + 1] - t.tile_start[g]) / tiles_m; /* tiles of a column */
+    const int last = sk_step_cost(p.m - (tiles_m - 1) * 128);
+    sc.uniform = sc.uniform && last == 50;
+    sc.cost += periods * ((tiles_m - 1) * 50 + last) * ksteps;
+  }
+  if (sc.uniform) sc.cost = (int64_t)t.tile_start[t.count] * ksteps * 50;
+  return sc;
+}
+
+/* sk.start[0 .. ctas] for the tiles of `t` (128-row tiles, ksteps each, in
+ * the kernel's order: problem, batch, column tile, row tile): range c's first
+ * step is where the launch's cost reaches c / ctas of its total, rounded to a
+ * step; every range keeps at least one step (an owner waits on the flag of
+ * every range that starts inside its tile). */
+inline void sk_ranges(const MatmulTable &t, int64_t tiles, int ksteps, StreamK &sk) {
+  const int ctas = sk.ctas;
+  const int64_t total = tiles * ksteps;
+  const SkCost sc = sk_cost(t, ksteps);
+  const int64_t cost = sc.cost;
+  if (sc.uniform) { /* equal steps: range c starts at c q + min(c, r) */
+    const int64_t q = total / ctas, r = total % ctas;
+    for (int c = 0; c <= ctas; c++) sk.start[c] = (int32_t)(c * q + std::min<int64_t>(c, r));
+    return;
+  }
+  int c = 1;
+  int64_t before = 0; /* the cost of the tiles before tile gt */
+  sk.start[0] = 0;
+  for (int g = 0; g < t.count; g++) {
+    const nvfp4_matmul &p = t.p[g];
+    const int64_t tiles_m = (p.m + 127) / 128;
+    for (int64_t gt = t.tile_start[g]; gt < t.tile_start[g + 1]; gt++) {
+      const int64_t mt = (gt - t.tile_start[g]) % tiles_m; /* row tile: the fastest index */
+      const int w = sk_step_cost(std::min<int64_t>(128, p.m - mt * 128));
+      for (; c < ctas && cost * c / ctas < before + w * ksteps; c++)
+        sk.start[c] = (int32_t)(gt * ksteps + (cost * c / ctas - before + w / 2) / w);
+      before += w * ksteps;
+    }
+  }
+  for (; c <= ctas; c++) sk.start[c] = (int32_t)total;
+  for (c = 1; c < ctas; c++) sk.start[c] = std::max(sk.start[c], sk.start[c - 1] + 1);
+  for (c = ctas - 1; c > 0; c--) sk.start[c] = std::min(sk.start[c], sk.start[c + 1] - 1);
+}
 
 template <bool DUAL, int TM, bool SK, bool PRE>
 cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const StreamK &sk, const Predecoded &pre,
@@ -933,7 +1039,8 @@ cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const S
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg = launch_config<TM>(ctas, split, stream, attr, true);
-  return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE>, t, split, sk, pre);
+  if constexpr (SK) return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE>, t, split, sk, pre);
+  else return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE>, t, split, StreamKT<0>{}, pre);
 }
 
 /* The pre-pass over pre.blk[t.count] blocks: CTAs of PRE_THREADS and a 16 KB
@@ -962,19 +1069,6 @@ inline int predecode_env() {
   return v;
 }
 
-/* Whether pre-decoding (Predecoded) pays, in K steps of one CTA (~0.9 us on
- * an H100): the main kernel's steps take ~9% less time (8.5-10.7% on 10
- * shapes, H100, PERF.md session 23); the pre-pass takes ~2 steps plus its
- * traffic, 2.28 bytes per byte of fp16 tiles (fp4 and scales read, fp16
- * written) at ~2.9 TB/s: one step per 2.13 MB of tiles. Chosen where the
- * saving exceeds the cost by 25%, and only for launches of whole tiles (no
- * split-K or stream-K): with either, calls back to back (the competition's
- * loop) measured 2-10% slower pre-decoded, even where one call alone was
- * faster. */
-inline bool predecode_pays(double cta_steps, double a16_bytes) {
-  return 0.09 * cta_steps > 1.25 * (2.2 + a16_bytes / 2.13e6);
-}
-
 /* The launch of the tile of TM activation rows over problems[0, count): its
  * table, tiles, plan and (TM = 128) whether it pre-decodes the activations. */
 template <int TM>
@@ -1000,19 +1094,22 @@ struct TileLaunch {
     bool sk_ok = ws_ok;
     for (int g = 0; g < count; g++) /* stream-K: every problem with tiles has the same K */
       sk_ok = sk_ok && (!problems[g].m || !problems[g].n || !problems[g].batch || problems[g].k / KSTEP == ksteps);
-    const DeviceInfo &dev = device_info();
-    plan = dual ? choose_plan<true, TM>(tiles, ksteps, sk_ok, dev) : choose_plan<false, TM>(tiles, ksteps, sk_ok, dev);
-    if (TM != 128 || !ws_ok || predecode_env() == 0) return;
-    int64_t blocks = 0; /* the fp16 tiles of problems with tiles */
-    for (int g = 0; g < count; g++) {
+    int64_t blocks = 0; /* the fp16 tiles of problems with tiles, where a pre-pass may write them */
+    bool pre_ok = TM == 128 && ws_ok && predecode_env() != 0;
+    for (int g = 0; pre_ok && g < count; g++) {
       const nvfp4_matmul &p = problems[g];
       a16_blk[g] = (int32_t)blocks;
       if (p.n) blocks += ((p.m + TM - 1) / TM) * p.batch * (p.k / KSTEP);
-      if (blocks * Layout<TM>::A16_BYTES > MAX_PRE_BYTES) return;
+      pre_ok = blocks * Layout<TM>::A16_BYTES <= MAX_PRE_BYTES;
     }
+    const double pre_bytes = pre_ok ? (double)(blocks * Layout<TM>::A16_BYTES) : -1.0;
+    const double sk_steps = TM == 128 && sk_ok ? (double)sk_cost(t, (int)ksteps).cost / 50.0 : (double)(tiles * ksteps);
+    const DeviceInfo &dev = device_info();
+    plan = dual ? choose_plan<true, TM>(tiles, ksteps, sk_steps, pre_bytes, sk_ok, dev)
+                : choose_plan<false, TM>(tiles, ksteps, sk_steps, pre_bytes, sk_ok, dev);
+    if (!pre_ok) return;
     const bool whole_tiles = plan.split == 1 && !plan.sk_ctas;
-    if (predecode_env() == 1 || (whole_tiles && predecode_pays(plan.steps, (double)(blocks * Layout<TM>::A16_BYTES))))
-      a16_blk[count] = (int32_t)blocks;
+    if (predecode_env() == 1 || (whole_tiles && predecode_pays(plan.steps, pre_bytes))) a16_blk[count] = (int32_t)blocks;
   }
   int64_t a16_bytes() const { return (int64_t)a16_blk[t.count] * Layout<TM>::A16_BYTES; }
   size_t workspace() const { return (size_t)a16_bytes() + (plan.sk_ctas ? sk_workspace_bytes(plan.sk_ctas, TM) : 0); }
@@ -1038,7 +1135,7 @@ struct TileLaunch {
       sk.epoch = launch_epoch();
       sk.ctas = plan.sk_ctas;
       sk.ksteps = (int)ksteps;
-      sk.q = (int)(tiles * ksteps / sk.ctas), sk.r = (int)(tiles * ksteps % sk.ctas);
+      sk_ranges(t, tiles, (int)ksteps, sk);
     }
     const int64_t ctas = sk.ctas ? sk.ctas : tiles * plan.split;
     const int split = sk.ctas ? 1 : plan.split;
