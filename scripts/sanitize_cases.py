@@ -61,11 +61,11 @@ def main():
         b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
         bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                          reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
-    # Stream-K (csrc/cuda/matmul_sm90.cu): 96 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
-    # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs that hand partials over through the
-    # workspace
+    # Stream-K (csrc/cuda/matmul_sm90.cu): 72 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
+    # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs in ranges of equal cost (unequal
+    # steps) that hand partials over through the workspace
     a = random_operand(None, 176, 4352, gen=gen, device=dev, layout="blocked")
-    b = random_operand(None, 48 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
+    b = random_operand(None, 36 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
     bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
     # The skinny kernel (csrc/cuda/skinny.cu; on Hopper M = 5..8 with K >= 8192): 8 x 200 x 8192 in batches of 2 (7
     # row blocks of 32 items over many CTAs: partials, tickets), 5 x 70 x 16384 blocked (2 blocks, a tail)
