@@ -906,13 +906,17 @@ struct Plan {
  * against the best split-K with 2 more per wave where the split sums through
  * DSMEM (~4 us instead of ~1, PERF.md session 6), and split 1 pre-decoded
  * (PRE_STEP_SAVING off its steps) where a workspace is given (pre_bytes >= 0:
- * the pre-pass's fp16 tiles) and predecode_pays; stream-K is chosen when 5%
+ * the pre-pass's fp16 tiles) and predecode_pays; stream-K is chosen when 6.5%
  * cheaper. Fitted to 14 shapes measured both ways (H200, PERF.md session 11),
- * before the pre-pass existed; session 29 (H100) added the pre-pass and the
- * costs at sk_step_cost: of the 7 grouped shapes whose plan that changed, 6
- * ran faster (one call 2.6-8.6%, the loop 0.8-12%), one slower (1.4%, the
- * loop 3.3%). */
-#ifndef NVFP4_SM90_SK_PLAN /* experiment knob: 0 = session 11's costs (steps alike, no pre-pass) */
+ * before the pre-pass existed, with a 5% margin; session 29 (H100) added the
+ * pre-pass and the costs at sk_step_cost and measured 15 grouped shapes whose
+ * plan that changed: the 5 sent from stream-K to split 1 pre-decoded ran
+ * 3-9% faster (one call), the 3 sent to stream-K at a cost ratio (stream-K
+ * / split-K) of at most 0.934 5.5-7.5%; of the 7 at 0.939-0.949, 3 ran
+ * 1-2.6% faster and 4 up to 2.5% slower (their loops up to 6%): hence the
+ * margin, which against the 5% margin made 5 shapes 0.2-2.5% faster (loops
+ * 2.4-3.9%), one 3.5% slower and 2 alike. */
+#ifndef NVFP4_SM90_SK_PLAN /* experiment knob: 0 = session 11's costs (steps alike, no pre-pass, 5% margin) */
 #define NVFP4_SM90_SK_PLAN 1
 #endif
 template <bool DUAL, int TM>
@@ -952,7 +956,7 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, double sk_steps, double pre_byte
     const double segments = std::ceil(per_cta / (double)ksteps) + 1.0;
     const double more_partials = std::ceil((double)ksteps / per_cta) - 1.0;
     const double cost = per_cta + segments * FILL_STEPS + 4.0 + 3.0 * more_partials;
-    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * 0.95) plan.sk_ctas = ctas, plan.steps = cost;
+    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * (NVFP4_SM90_SK_PLAN ? 0.935 : 0.95)) plan.sk_ctas = ctas, plan.steps = cost;
   }
   return plan;
 }
