@@ -59,7 +59,7 @@
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
  * takes an equal share of all tiles' K steps instead (equal in cost: a short
  * tile's step counts less, sk_ranges), partials through a global workspace
- * (StreamK below). Only where the cost model (choose_plan) expects 5% less
+ * (StreamK below). Only where the cost model (choose_plan) expects 6.5% less
  * time, every problem of the launch has the same K and the caller gives the
  * workspace (nvfp4_matmul_cuda_ws).
  *
@@ -404,7 +404,8 @@ __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const 
 
 template <bool DUAL, int TM, bool SK, bool PRE>
 __global__ void __launch_bounds__(THREADS, 1)
-    matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split, const __grid_constant__ StreamKT<SK ? SK_MAX_CTAS : 0> sk,
+    matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split,
+                       const __grid_constant__ StreamKT<SK ? SK_MAX_CTAS : 0> sk,
                        const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
   using L = Layout<TM>;
@@ -956,7 +957,8 @@ Plan choose_plan(int64_t tiles, int64_t ksteps, double sk_steps, double pre_byte
     const double segments = std::ceil(per_cta / (double)ksteps) + 1.0;
     const double more_partials = std::ceil((double)ksteps / per_cta) - 1.0;
     const double cost = per_cta + segments * FILL_STEPS + 4.0 + 3.0 * more_partials;
-    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * (NVFP4_SM90_SK_PLAN ? 0.935 : 0.95)) plan.sk_ctas = ctas, plan.steps = cost;
+    const double margin = NVFP4_SM90_SK_PLAN ? 0.935 : 0.95;
+    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * margin) plan.sk_ctas = ctas, plan.steps = cost;
   }
   return plan;
 }
@@ -993,7 +995,7 @@ inline SkCost sk_cost(const MatmulTable &t, int ksteps) {
     const nvfp4_matmul &p = t.p[g];
     const int64_t tiles_m = (p.m + 127) / 128;
     if (!tiles_m) continue;
-    const int64_t periods = (t.tile_start[g + 1] - t.tile_start[g]) / tiles_m; /* tiles of a column */
+    const int64_t periods = (t.tile_start[g + 1] - t.tile_start[g]) / tiles_m; /* column tiles x batches */
     const int last = sk_step_cost(p.m - (tiles_m - 1) * 128);
     sc.uniform = sc.uniform && last == 50;
     sc.cost += periods * ((tiles_m - 1) * 50 + last) * ksteps;
@@ -1113,7 +1115,8 @@ struct TileLaunch {
                 : choose_plan<false, TM>(tiles, ksteps, sk_steps, pre_bytes, sk_ok, dev);
     if (!pre_ok) return;
     const bool whole_tiles = plan.split == 1 && !plan.sk_ctas;
-    if (predecode_env() == 1 || (whole_tiles && predecode_pays(plan.steps, pre_bytes))) a16_blk[count] = (int32_t)blocks;
+    if (predecode_env() == 1 || (whole_tiles && predecode_pays(plan.steps, pre_bytes)))
+      a16_blk[count] = (int32_t)blocks;
   }
   int64_t a16_bytes() const { return (int64_t)a16_blk[t.count] * Layout<TM>::A16_BYTES; }
   size_t workspace() const { return (size_t)a16_bytes() + (plan.sk_ctas ? sk_workspace_bytes(plan.sk_ctas, TM) : 0); }
