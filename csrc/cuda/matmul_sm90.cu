@@ -1009,10 +1009,9 @@ inline SkCost sk_cost(const MatmulTable &t, int ksteps) {
  * step is where the launch's cost reaches c / ctas of its total, rounded to a
  * step; every range keeps at least one step (an owner waits on the flag of
  * every range that starts inside its tile). */
-inline void sk_ranges(const MatmulTable &t, int64_t tiles, int ksteps, StreamK &sk) {
+inline void sk_ranges(const MatmulTable &t, int64_t tiles, int ksteps, const SkCost &sc, StreamK &sk) {
   const int ctas = sk.ctas;
   const int64_t total = tiles * ksteps;
-  const SkCost sc = sk_cost(t, ksteps);
   const int64_t cost = sc.cost;
   if (sc.uniform) { /* equal steps: range c starts at c q + min(c, r) */
     const int64_t q = total / ctas, r = total % ctas;
@@ -1085,6 +1084,7 @@ struct TileLaunch {
   int32_t a16_blk[NVFP4_LAUNCH_GROUPS + 1] = {}; /* Predecoded::blk; a16_blk[count] = 0: no pre-pass */
   bool dual;
   Plan plan = {1, 0, 0.0};
+  SkCost sc = {0, true}; /* TM = 128 launches that may run stream-K (sk_cost) */
   TileLaunch(const nvfp4_matmul *problems, int count, bool ws_ok) : dual(problems[0].b2.data != nullptr) {
     const int64_t out_cols = dual ? TILE_R / 2 : TILE_R;
     for (int g = 0; g < count; g++) {
@@ -1109,7 +1109,8 @@ struct TileLaunch {
       pre_ok = blocks * Layout<TM>::A16_BYTES <= MAX_PRE_BYTES;
     }
     const double pre_bytes = pre_ok ? (double)(blocks * Layout<TM>::A16_BYTES) : -1.0;
-    const double sk_steps = TM == 128 && sk_ok ? (double)sk_cost(t, (int)ksteps).cost / 50.0 : (double)(tiles * ksteps);
+    if (TM == 128 && sk_ok) sc = sk_cost(t, (int)ksteps);
+    const double sk_steps = TM == 128 && sk_ok ? (double)sc.cost / 50.0 : (double)(tiles * ksteps);
     const DeviceInfo &dev = device_info();
     plan = dual ? choose_plan<true, TM>(tiles, ksteps, sk_steps, pre_bytes, sk_ok, dev)
                 : choose_plan<false, TM>(tiles, ksteps, sk_steps, pre_bytes, sk_ok, dev);
@@ -1142,7 +1143,7 @@ struct TileLaunch {
       sk.epoch = launch_epoch();
       sk.ctas = plan.sk_ctas;
       sk.ksteps = (int)ksteps;
-      sk_ranges(t, tiles, (int)ksteps, sk);
+      sk_ranges(t, tiles, (int)ksteps, sc, sk);
     }
     const int64_t ctas = sk.ctas ? sk.ctas : tiles * plan.split;
     const int split = sk.ctas ? 1 : plan.split;
