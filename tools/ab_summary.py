@@ -15,7 +15,7 @@ pats = [
     (re.compile(r"^(\w+) r(\d+)\| (gemm|dual) +(\d+) +(\d+) +(\d+) +([\d.]+)"),
      lambda m: (f"{m[3]} {m[4]}x{m[5]}x{m[6]}", m[7])),
     (re.compile(r"^(\w+) r(\d+)\| (\w+) +(.+?) +(ok  |FAIL) +([\d.]+) us .* loop +([\d.]+)"),
-     lambda m: (f"C {m[3][:5]} {re.sub(r'[^0-9x]+', ' ', m[4]).strip()[:28]}{'' if m[5].startswith('ok') else ' FAIL'}",
+     lambda m: (f"C {m[3][:5]} {re.sub(r'[^0-9x]+', ' ', m[4]).strip()}{'' if m[5].startswith('ok') else ' FAIL'}",
                 f"{m[6]}:{m[7]}")),
 ]
 rows, variants = OrderedDict(), []
