@@ -211,6 +211,33 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
 
 
+def mma_expected(op, m, n, k):
+    """Whether a gemm (or dual) of M <= 4 runs the GEMV's integer-mma kernel (csrc/cuda/gemv.cu,
+    takes_mma) under this process's NVFP4_GEMV_MMA."""
+    env = os.environ.get("NVFP4_GEMV_MMA")
+    if env == "0" or m != 4 or k % 128:
+        return False
+    return env == "1" or op == "dual" or n <= 4096
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("op", ["gemm", "dual"])
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("m,n,k,L", [(4, 4096, 1024, None), (4, 4100, 1152, 2), (4, 5000, 512, None), (4, 37, 128, 3),
+                                     (3, 300, 1024, None), (4, 200, 1088, None)])
+def test_four_vectors_on_mma(gen, op, layout, m, n, k, L):
+    """Four activation rows: the GEMV's integer-mma kernel (dual always, gemm with N <= 4096,
+    K % 128 == 0), else the dp4a loop; either way the exact result, every output written."""
+    a, b1 = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
+    b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
+    out = poisoned(((L,) if L else ()) + (m, n), "cuda")
+    call, ref = gemm_or_dual(op, a, b1, b2, out)
+    _, names = launched(call)
+    assert any("gemv_kernel_mma" in x for x in names) == mma_expected(op, m, n, k), names
+    assert any("gemv_kernel" in x for x in names), names
+    assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
 @pytest.mark.parametrize("rows,k,chunks", [("wave", 4096, 2), ("wave", 256, 2), ("wave", 4160, 1), ("wave", 192, 1),

@@ -6,6 +6,8 @@
  *   M = 5..16 (Hopper: K >= 8192, and L N K >= 2^26 for M > 8),
  *   K % 256 == 0, not dual             -> skinny.cu (mma.sync, sm_80+)
  *   M <= 4, aligned (dual too)         -> gemv.cu with the roles swapped
+ *                                         (M = 4: on integer mma for the dual
+ *                                         and for N <= 4096, takes_mma)
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
@@ -15,6 +17,7 @@
 #include "common.cuh"
 
 bool gemv_supported(const nvfp4_matmul &p);
+bool gemv_takes_mma(const nvfp4_matmul &p);
 cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 bool skinny_supported(const nvfp4_matmul &p);
@@ -50,9 +53,10 @@ static bool valid(const nvfp4_matmul &p) {
 
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   nvfp4_matmul q;
-  if (!p->b2.data && gemv_supported(*p)) return "gemv_dp4a";
+  if (!p->b2.data && gemv_supported(*p)) return gemv_takes_mma(*p) ? "gemv_mma" : "gemv_dp4a";
   if (skinny_supported(*p)) return "mma_skinny";
-  if (as_gemv(*p, q)) return p->b2.data ? "gemv_dp4a_dual" : "gemv_dp4a";
+  if (as_gemv(*p, q))
+    return gemv_takes_mma(q) ? (p->b2.data ? "gemv_mma_dual" : "gemv_mma") : p->b2.data ? "gemv_dp4a_dual" : "gemv_dp4a";
   if (matmul_sm90_supported(*p)) return p->b2.data ? "wgmma_dual" : "wgmma";
   return p->b2.data ? "simt_dual" : "simt";
 }

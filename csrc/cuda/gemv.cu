@@ -38,7 +38,8 @@
  * bounds checks.
  *
  * Several vectors (NV = N = 2..4; a gemm of M <= 4 rows with the roles
- * swapped, csrc/cuda/dispatch.cu). The floor is the same bytes of A; the
+ * swapped, csrc/cuda/dispatch.cu); 4 of them on integer mma where that
+ * measured faster (gemv_kernel_mma below). The floor is the same bytes of A; the
  * vectors' arithmetic grows with NV. Each A chunk is decoded once to int8
  * (nvfp4_e2m1x8_to_s8x8, 11 instructions per 8 codes, tables from shared
  * memory) and dotted with each vector: 8 dp4a, 2 subtractions, 2 scale
@@ -66,6 +67,7 @@
  * device's limit.
  */
 #include <algorithm>
+#include <cstdlib>
 
 #include "common.cuh"
 
@@ -147,6 +149,21 @@ struct RowSets {
     return (set >> 6) * 128 + (set & 31) + 32 * (((set >> 5) & 1) * 2 + g);
   }
 };
+
+/* item(i, stage) for i < items in order, stage = i % STAGES, unrolled by
+ * STAGES so that every ring offset is a constant; then this thread's copies
+ * are all waited for. */
+template <int STAGES, class Item>
+__device__ __forceinline__ void for_each_item(int items, Item &&item) {
+  for (int it0 = 0; it0 < items; it0 += STAGES) {
+#pragma unroll
+    for (int stage = 0; stage < STAGES; stage++) {
+      if (it0 + stage >= items) break;
+      item(it0 + stage, stage);
+    }
+  }
+  cp_async_wait<0>();
+}
 
 /* sum over 16 codes of 2a * 2b: A's two words against b's four int8x4 words. */
 __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint4 b, uint32_t mag) {
@@ -417,15 +434,7 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
       row = Sets::row(set, g);
     }
   };
-  // Unrolled by STAGES so that every ring offset is a constant.
-  for (int it0 = 0; it0 < items; it0 += STAGES) {
-#pragma unroll
-    for (int stage = 0; stage < STAGES; stage++) {
-      if (it0 + stage >= items) break;
-      item(it0 + stage, stage);
-    }
-  }
-  cp_async_wait<0>();
+  for_each_item<STAGES>(items, item);
   pdl_launch_dependents();
   if (SPLIT) {  // split rows: the segments' sums of each row, in segment order
     __syncthreads();
@@ -445,6 +454,296 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   }
   NVFP4_TRACE_POINT(tid == 0, 3);
   NVFP4_TRACE_POINT(tid == THREADS - 1, 4);
+}
+
+/* ---- Several vectors on the tensor cores (MMA) ---------------------------
+ * The dp4a loop above spends 8 dp4a, 2 subtractions, 2 scale products and 2
+ * FMA per 32 codes and vector on top of the decode: from two vectors on it is
+ * issue-bound below the DRAM rate (~300 SASS instructions per warp and 32
+ * codes per lane at NV = 4; measured 0.55 of SOL at 4 x 7168 x 16384 on an
+ * H100). Here mma.sync m16n8k32 (u8 x s8, int32 sums) does the products of
+ * up to 8 vectors, and a scale block costs 3 instructions per row and vector.
+ *
+ * A warp takes a set of 16 rows (dual: 8 rows of A and the same 8 of A2),
+ * a step is 128 codes of each. Lane (g, t) (g = lane / 4, t = lane % 4)
+ * copies chunk t (codes 32t..32t+31, scale blocks 2t, 2t + 1) of rows g and
+ * g + 8: a quad's copy covers 64 contiguous bytes of a row. Word j of the
+ * chunk (8 codes) is split by sign (nvfp4_e2m1x8_split: u8 magnitudes) into
+ * the mma's A fragment: rows g / g + 8, k 4t..4t+3 and 16+4t..16+4t+3 hold
+ * exactly this lane's 8 codes. So the 32 k of one mma are four chunks' word
+ * j, one per lane of the quad. Column n = 2s + v' of n8 tile u reads, in B,
+ * vector 2u + v' at the k of lane s only (zero elsewhere): D's columns 2t,
+ * 2t + 1, held by lane t, are then sums over lane t's own codes, whose
+ * scales it copied. Two mma per word and tile (positive and negative codes,
+ * the same B), both starting from 0x4B400000, so that after the block's two
+ * words float(pos) - float(neg) is the exact block sum (|sum| < 2^22), times
+ * sa * sb / 4 into an fp32 accumulator per row and vector.
+ *
+ *   gmem rows + scales --cp.async, per-thread STAGES-deep ring--> smem
+ *   gmem vectors --once per CTA--> smem int8 2b planes (natural K order;
+ *     a lane reads 8 bytes of one per word and tile, or a zero block) and
+ *     scales / 4 per (block pair, vector)
+ *   per word: 2 splits (7 instructions each), 2 U mma; per block and tile: 4
+ *     x (subtract, scale product, FMA)
+ *   set done: shuffles over the quad -> alpha -> fp16 (dual: silu(A b) *
+ *     (A2 b)); split sets: partials to shared memory, summed in warp order.
+ * Per 64 codes of a lane (NV <= 2): ~56 decode + 8 mma + 4 loads of B + 24
+ * scaling + copies and loop ~25, ~1.8 instructions per code (the dp4a loop:
+ * ~4.7 at NV = 1, ~9.4 at NV = 4).
+ * Measured (H100, PERF.md session 31): with 4 vectors 6-12% faster than the
+ * dp4a loop on the dual and on gemms of <= 4096 weight rows, so only that
+ * build is launched (takes_mma); with 1 to 3 vectors slower (its stream
+ * reaches ~0.6 of SOL at one vector against dp4a's 0.86, though its loop is
+ * ~110 instructions per 64 codes of a lane; more ring stages did not help).
+ * Preconditions (gemv_mma_fits): K % 128 == 0, the dp4a kernel's alignment,
+ * the vectors (NV x K x 1.25 bytes) and rings in shared memory. */
+#ifndef NVFP4_GEMV_MMA_STAGES  // experiment knob: the ring's depth
+#define NVFP4_GEMV_MMA_STAGES 4
+#endif
+constexpr int GEMV_MMA_MAX_NV = 8;
+
+template <int NV>
+struct MmaCfg {
+  static_assert(NV >= 1 && NV <= GEMV_MMA_MAX_NV, "1 to 8 vectors");
+  static constexpr int U = (NV + 1) / 2;  // n8 tiles: vectors 2u and 2u + 1
+  static constexpr int THREADS = NV == 1 || NV > 4 ? 256 : 512, WARPS = THREADS / 32;
+  static constexpr int STAGES = NVFP4_GEMV_MMA_STAGES;
+  static constexpr int MIN_CTAS = NV > 4 ? 1 : 512 / THREADS;  // launch bounds: <= 128 registers up to 4 vectors
+};
+
+/* Shared-memory plan of one CTA of NV vectors (bytes). */
+template <int NV>
+struct MmaSmem {
+  static constexpr int64_t U = MmaCfg<NV>::U, THREADS = MmaCfg<NV>::THREADS, STAGES = MmaCfg<NV>::STAGES;
+  int64_t plane, b8, sb, zero, table, ring_a, ring_s, part, total;
+  __host__ __device__ explicit MmaSmem(int64_t k) {
+    plane = k + 16;                           // one vector's int8 2b; +16: the next vector 4 banks on
+    b8 = 0;                                   // [NV][plane]
+    sb = (NV * plane + 15) / 16 * 16;         // b's scales / 4: [k / 32 block pairs][2 blocks][2U vectors] floats
+    zero = sb + (k / 32) * 2 * 2 * U * 4 + 8; // 32 zero bytes at banks 2 mod 4 (apart from the planes' reads)
+    table = zero + 40;                        // the split's table, 4 copies
+    ring_a = table + 16;                      // [STAGES][2 rows][THREADS] 16-byte chunks
+    ring_s = ring_a + STAGES * 2 * THREADS * 16;  // [STAGES][2 rows][THREADS] scale words
+    part = ring_s + STAGES * 2 * THREADS * 4;     // split sets: [warp][16 rows][NV] floats
+    total = part + (THREADS / 32) * 16 * NV * 4;
+  }
+};
+
+template <int SFA_LAYOUT, int NV, bool DUAL, bool SPLIT>
+__global__ void __launch_bounds__(MmaCfg<NV>::THREADS, MmaCfg<NV>::MIN_CTAS)
+    gemv_kernel_mma(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
+  constexpr int THREADS = MmaCfg<NV>::THREADS, WARPS = THREADS / 32, STAGES = MmaCfg<NV>::STAGES, U = MmaCfg<NV>::U;
+  constexpr int32_t BIAS = 0x4B400000;  // the float 12582912 = 1.5 * 2^23
+  extern __shared__ __align__(16) uint8_t smem[];
+  const MmaSmem<NV> plan(p.k);
+  float *const part = reinterpret_cast<float *>(smem + plan.part);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int64_t l = l_base + blockIdx.y;
+  // sets dealt as in gemv_kernel (GemvDeal); split: this warp's segment of its set
+  const int split = SPLIT ? deal.split : 1, seg = SPLIT ? warp % split : 0;
+  const int k_blocks = (int)(p.k / 16), steps = SPLIT ? deal.seg_steps : (int)(p.k / 128);
+  const int set_first = SPLIT ? (int)blockIdx.x * (WARPS / split) + warp / split : warp * (int)gridDim.x + (int)blockIdx.x;
+  const int row_sets = SPLIT ? (warp < WARPS / split * split && set_first < deal.sets ? 1 : 0)
+                             : deal.row_sets + (set_first < deal.extra ? 1 : 0);
+  const int items = row_sets * steps;
+  const int seg_step = seg * steps;  // the segment's first step of the row (split sets)
+  // Row h (0: rows g, 1: g + 8; dual: row g of A, then of A2) of set s.
+  auto set_row = [&](int s, int h) { return DUAL ? (int64_t)s * 8 + g : (int64_t)s * 16 + g + 8 * h; };
+  pdl_wait();  // common.cuh: nothing global is touched before this
+
+  // Producer: this thread's next (set, step) to copy, both rows.
+  const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 8);
+  int p_step = 0, p_set = set_first;
+  const uint8_t *p_a[2], *p_sf[2];
+  auto rebase = [&]() {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const nvfp4_operand &op = DUAL && h ? p.b2 : p.a;
+      const int64_t row = min(set_row(p_set, h), p.m - 1);  // rows past the end are read but not stored
+      p_a[h] = op.data + l * op.batch_stride + row * op.row_stride + 64 * seg_step + 16 * t;
+      p_sf[h] = op.sf + l * op.sf_batch_stride +
+                nvfp4_sf_offset(SFA_LAYOUT, op.sf_row_stride, k_blocks, row, 8 * seg_step + 4 * (t >> 1));
+    }
+  };
+  rebase();
+  uint32_t a_dst = smem_addr(smem + plan.ring_a + tid * 16), s_dst = smem_addr(smem + plan.ring_s + tid * 4);
+  asm("" : "+r"(a_dst), "+r"(s_dst));  // kept in registers (see gemv_kernel)
+  auto issue = [&](int stage) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      cp_async_16(a_dst + (stage * 2 + h) * THREADS * 16, p_a[h]);
+      cp_async_4(s_dst + (stage * 2 + h) * THREADS * 4, p_sf[h]);
+      p_a[h] += 64, p_sf[h] += sf_step;
+    }
+    if (++p_step == steps) {
+      p_step = 0;
+      p_set += deal.set_stride;
+      rebase();
+    }
+  };
+
+  // The vectors' first chunks are loaded before the ring's copies (gemv_kernel).
+  const int chunks = (int)(p.k / 32);
+  const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
+  const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
+  auto load_b = [&](int f) { return *reinterpret_cast<const uint4 *>(b_batch + (f / chunks) * p.b.row_stride + 16 * (f % chunks)); };
+  constexpr int EARLY = 2;
+  uint4 early_b[EARLY];
+#pragma unroll
+  for (int i = 0; i < EARLY; i++)
+    if (tid + i * THREADS < NV * chunks) early_b[i] = load_b(tid + i * THREADS);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < items) issue(s);
+    cp_async_commit();
+  }
+  {  // the vectors into shared memory, while the first stages are in flight
+    float *sbw = reinterpret_cast<float *>(smem + plan.sb);
+    auto store_b = [&](int f, const uint4 v) {
+      const int j = f / chunks, c = f % chunks;
+      uint4 lo, hi;  // int8 2b of codes 0..15 and 16..31 of the chunk, in order
+      nvfp4_e2m1x8_to_s8x8(v.x, lo.x, lo.y);
+      nvfp4_e2m1x8_to_s8x8(v.y, lo.z, lo.w);
+      nvfp4_e2m1x8_to_s8x8(v.z, hi.x, hi.y);
+      nvfp4_e2m1x8_to_s8x8(v.w, hi.z, hi.w);
+      uint4 *dst = reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 32 * c);
+      dst[0] = lo, dst[1] = hi;
+      const uint8_t *sf = sfb_batch + nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 0);
+      sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c)]);
+      sbw[c * 4 * U + 2 * U + j] =
+          0.25f * nvfp4_e4m3_to_float(sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c + 1)]);
+    };
+#pragma unroll
+    for (int i = 0; i < EARLY; i++)
+      if (tid + i * THREADS < NV * chunks) store_b(tid + i * THREADS, early_b[i]);
+    for (int f = tid + EARLY * THREADS; f < NV * chunks; f += THREADS) store_b(f, load_b(f));
+    if (NV % 2)  // the odd vector count's last column: scales 0 (its B reads the zero block)
+      for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + NV] = sbw[c * 4 * U + 2 * U + NV] = 0.f;
+    if (tid < 8) reinterpret_cast<uint32_t *>(smem + plan.zero)[tid] = 0u;
+    if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
+  }
+  __syncthreads();
+
+  // A lane-dependent read: a uniform value would be copied out before every prmt (numerics.h).
+  const uint32_t mag = reinterpret_cast<volatile uint32_t *>(smem + plan.table)[lane & 3];
+  // B of tile u: vector 2u + (g & 1) at chunk t where t == g / 2, else the zero block.
+  uint32_t b_base[U], b_inc[U], b_ptr[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int v = 2 * u + (g & 1);
+    const bool on = (g >> 1) == t && v < NV;
+    b_base[u] = smem_addr(smem + (on ? plan.b8 + v * plan.plane + 32 * t : plan.zero));
+    b_inc[u] = on ? 128u : 0u;
+    b_ptr[u] = b_base[u] + seg_step * b_inc[u];
+  }
+  const float *const sb_seg = reinterpret_cast<const float *>(smem + plan.sb) + 4 * U * (t + 4 * seg_step);
+  const float *sb_step = sb_seg;
+  const float alpha = problem_alpha(p);
+  uint16_t *c_batch = p.c + l * p.c_batch_stride;
+  const uint32_t ring_a = smem_addr(smem + plan.ring_a + tid * 16), ring_s = smem_addr(smem + plan.ring_s + tid * 4);
+  float acc[2][NV] = {};
+  int step = 0, set = set_first;
+  auto item = [&](int it, int stage) {
+    cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
+    const uint4 x0 = ld_shared_u4(ring_a + (stage * 2) * THREADS * 16);
+    const uint4 x1 = ld_shared_u4(ring_a + (stage * 2 + 1) * THREADS * 16);
+    const uint32_t w0 = ld_shared_u32(ring_s + (stage * 2) * THREADS * 4) >> (16 * (t & 1));
+    const uint32_t w1 = ld_shared_u32(ring_s + (stage * 2 + 1) * THREADS * 4) >> (16 * (t & 1));
+    const float2 sa0 = nvfp4_e4m3x2_to_float2(w0 & 0xFFFFu), sa1 = nvfp4_e4m3x2_to_float2(w1 & 0xFFFFu);
+    float sbl[4 * U];  // [block][2U vectors] of this lane's two blocks
+#pragma unroll
+    for (int q = 0; q < U; q++) reinterpret_cast<float4 *>(sbl)[q] = reinterpret_cast<const float4 *>(sb_step)[q];
+    const uint32_t xa[2][4] = {{x0.x, x0.y, x0.z, x0.w}, {x1.x, x1.y, x1.z, x1.w}};
+#pragma unroll
+    for (int blk = 0; blk < 2; blk++) {
+      int dp[U][4], dn[U][4];
+#pragma unroll
+      for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dp[u][e] = dn[u][e] = BIAS;
+#pragma unroll
+      for (int jj = 0; jj < 2; jj++) {
+        const int j = 2 * blk + jj;
+        uint32_t pa[4], na[4];
+        nvfp4_e2m1x8_split(xa[0][j], pa[0], pa[2], na[0], na[2], mag);
+        nvfp4_e2m1x8_split(xa[1][j], pa[1], pa[3], na[1], na[3], mag);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          const uint2 b = ld_shared_u2(b_ptr[u] + 8 * j);
+          mma_16832_u8s8(dp[u], pa, b.x, b.y);
+          mma_16832_u8s8(dn[u], na, b.x, b.y);
+        }
+      }
+      const float sa[2] = {blk ? sa0.y : sa0.x, blk ? sa1.y : sa1.x};
+#pragma unroll
+      for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int h = e >> 1, v = 2 * u + (e & 1);
+          if (v < NV)
+            acc[h][v] = fmaf(__int_as_float(dp[u][e]) - __int_as_float(dn[u][e]), sa[h] * sbl[blk * 2 * U + v], acc[h][v]);
+        }
+    }
+    // Refill (item it + STAGES - 1 goes to the stage just before this one).
+    if (it + STAGES - 1 < items) issue(stage == 0 ? STAGES - 1 : stage - 1);
+    cp_async_commit();
+#pragma unroll
+    for (int u = 0; u < U; u++) b_ptr[u] += b_inc[u];
+    sb_step += 16 * U;
+    if (++step == steps) {  // set done: the quad's sums of each row and vector
+      step = 0;
+#pragma unroll
+      for (int u = 0; u < U; u++) b_ptr[u] = b_base[u] + seg_step * b_inc[u];
+      sb_step = sb_seg;
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+          acc[h][v] += __shfl_xor_sync(0xffffffffu, acc[h][v], 1);
+          acc[h][v] += __shfl_xor_sync(0xffffffffu, acc[h][v], 2);
+        }
+#pragma unroll
+      for (int v = 0; v < NV; v++) {
+        if (t != v % 4) continue;  // lane v % 4 of the quad stores vector v
+        if constexpr (SPLIT) {
+          part[(warp * 16 + g) * NV + v] = acc[0][v];
+          part[(warp * 16 + g + 8) * NV + v] = acc[1][v];
+        } else if constexpr (DUAL) {
+          const int64_t row = set_row(set, 0);
+          if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, silu(acc[0][v]) * acc[1][v]);
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const int64_t row = set_row(set, h);
+            if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, acc[h][v] * alpha);
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < NV; v++) acc[h][v] = 0.f;
+      set += deal.set_stride;
+    }
+  };
+  for_each_item<STAGES>(items, item);
+  pdl_launch_dependents();
+  if (SPLIT) {  // split sets: each row's segment sums in segment order
+    __syncthreads();
+    const int sets_here = WARPS / split;
+    for (int i = tid; i < sets_here * (DUAL ? 8 : 16) * NV; i += THREADS) {
+      const int grp = i / ((DUAL ? 8 : 16) * NV), r = i / NV % (DUAL ? 8 : 16), v = i % NV;
+      const int set_g = (int)blockIdx.x * sets_here + grp;
+      if (set_g >= deal.sets) continue;
+      float sum = 0.f, up = 0.f;
+      for (int s2 = 0; s2 < split; s2++) {
+        sum += part[((grp * split + s2) * 16 + r) * NV + v];
+        if (DUAL) up += part[((grp * split + s2) * 16 + r + 8) * NV + v];
+      }
+      const int64_t row = DUAL ? (int64_t)set_g * 8 + r : (int64_t)set_g * 16 + r;
+      if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, DUAL ? silu(sum) * up : sum * alpha);
+    }
+  }
 }
 
 /* Per device: the dynamic shared memory a kernel was opened up to, and its
@@ -488,12 +787,36 @@ cudaError_t open_kernel(Kernel kernel, LaunchCache &cache, int device, int64_t s
   return cudaSuccess;
 }
 
-template <int SFA, int LPR, int NV, bool DUAL = false, int CPL = 1>
+/* The two kernels as launch() sees them: CTA size, shared memory, row sets,
+ * steps per row, and whether rows may be split over warps (SPLIT). */
+template <int SFA, int LPR, int NV, bool DUAL, int CPL>
+struct Dp4a {
+  static constexpr int THREADS = Cfg<NV, CPL>::THREADS, WARPS = Cfg<NV, CPL>::WARPS, VECTORS = NV;
+  static constexpr bool CAN_SPLIT = NV == 1;
+  template <bool SPLIT>
+  static constexpr auto kernel() { return gemv_kernel<SFA, LPR, NV, DUAL, CPL, SPLIT>; }
+  static int64_t smem(int64_t k) { return GemvSmem<NV, CPL>(k).total; }
+  static int64_t sets(int64_t m) { return RowSets<SFA, LPR, DUAL>::count(m); }
+  static int steps(int64_t k) { return (int)(k / 32 / (LPR * CPL)); }
+};
+template <int SFA, int NV, bool DUAL>
+struct Mma {
+  static constexpr int THREADS = MmaCfg<NV>::THREADS, WARPS = MmaCfg<NV>::WARPS, VECTORS = NV;
+  static constexpr bool CAN_SPLIT = true;
+  template <bool SPLIT>
+  static constexpr auto kernel() { return gemv_kernel_mma<SFA, NV, DUAL, SPLIT>; }
+  static int64_t smem(int64_t k) { return MmaSmem<NV>(k).total; }
+  static int64_t sets(int64_t m) { return (m + (DUAL ? 7 : 15)) / (DUAL ? 8 : 16); }
+  static int steps(int64_t k) { return (int)(k / 128); }
+};
+
+template <class K>
 cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  constexpr bool CAN_SPLIT = NV == 1;
-  auto kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, false>;
-  constexpr int THREADS = Cfg<NV, CPL>::THREADS, WARPS = Cfg<NV, CPL>::WARPS;
-  const int64_t smem_bytes = GemvSmem<NV, CPL>(p.k).total;
+  constexpr bool CAN_SPLIT = K::CAN_SPLIT;
+  constexpr int NV = K::VECTORS;
+  auto kernel = K::template kernel<false>();
+  constexpr int THREADS = K::THREADS, WARPS = K::WARPS;
+  const int64_t smem_bytes = K::smem(p.k);
   static LaunchCache cache;
   const DeviceInfo &dev = device_info();
   const int device = dev.id, sms = dev.sms;
@@ -509,7 +832,7 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   // one: the extra CTAs' vector decode cost more than the balance gained
   // (1000 x 7168: 7.7 -> 8.4 us; 7168 x 16384 in row quads, 1792 sets: 24.7
   // -> 26.4).
-  const int64_t sets = RowSets<SFA, LPR, DUAL>::count(p.m);
+  const int64_t sets = K::sets(p.m);
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(per_sm, 1) / p.batch);
   // Several vectors: every CTA decodes all of them first, so a CTA per SM
   // with at least one set, whatever the warps left idle (4096 x 7168, 1024
@@ -547,7 +870,7 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   int64_t grid = ctas;
   if constexpr (CAN_SPLIT) {
     constexpr int CTA_COST = 2;  // steps
-    const int steps = (int)(p.k / 32 / (LPR * CPL));
+    const int steps = K::steps(p.k);
     auto per_sm_of = [&](int64_t c) { return (c * p.batch + sms - 1) / sms; };
     if (2 * sets < WARPS * max_ctas) {
       const bool idle = ctas * p.batch < sms;  // the unsplit grid leaves SMs idle: a tie goes to the split
@@ -577,7 +900,7 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
   if constexpr (CAN_SPLIT) {
     if (deal.split > 1) {
       static LaunchCache split_cache;
-      kernel = gemv_kernel<SFA, LPR, NV, DUAL, CPL, true>;
+      kernel = K::template kernel<true>();
       int split_per_sm;
       if (cudaError_t e = open_kernel(kernel, split_cache, device, smem_bytes, THREADS, split_per_sm)) return e;
     }
@@ -622,9 +945,9 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
 template <int SFA, int NV, bool DUAL = false>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
   switch ((p.k / 32) % 8 == 0 ? 8 : (p.k / 32) % 4 == 0 ? 4 : 2) {
-    case 8: return launch<SFA, 8, NV, DUAL>(p, c_vec_stride, stream);
-    case 4: return launch<SFA, 4, NV, DUAL>(p, c_vec_stride, stream);
-    default: return launch<SFA, 2, NV, DUAL>(p, c_vec_stride, stream);
+    case 8: return launch<Dp4a<SFA, 8, NV, DUAL, 1>>(p, c_vec_stride, stream);
+    case 4: return launch<Dp4a<SFA, 4, NV, DUAL, 1>>(p, c_vec_stride, stream);
+    default: return launch<Dp4a<SFA, 2, NV, DUAL, 1>>(p, c_vec_stride, stream);
   }
 }
 
@@ -641,7 +964,7 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_
   const int64_t chunks = p.k / 32 / CPL; /* a lane's steps of a row, times LPR */
   if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
       2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS_1 * device_info().sms)
-    return launch<SFA, 8, 1, false, CPL>(p, c_vec_stride, stream);
+    return launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, stream);
   // (a full wave: 4 CTAs of 8 warps per SM)
   const int64_t warps = (int64_t)device_info().sms * 4 * WARPS_1;
   auto sets = [&](int lpr) {  // row sets of the launch at lpr = 32, 16 or 8 lanes per row
@@ -653,16 +976,64 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_
   if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
   while (lpr > 8 && chunks / lpr < 6 && sets(lpr / 2) >= warps) lpr /= 2;
   switch (lpr) {
-    case 32: return launch<SFA, 32, 1, false, CPL>(p, c_vec_stride, stream);
-    case 16: return launch<SFA, 16, 1, false, CPL>(p, c_vec_stride, stream);
-    case 8: return launch<SFA, 8, 1, false, CPL>(p, c_vec_stride, stream);
-    case 4: return launch<SFA, 4, 1, false, CPL>(p, c_vec_stride, stream);
-    default: return launch<SFA, 2, 1, false, CPL>(p, c_vec_stride, stream);
+    case 32: return launch<Dp4a<SFA, 32, 1, false, CPL>>(p, c_vec_stride, stream);
+    case 16: return launch<Dp4a<SFA, 16, 1, false, CPL>>(p, c_vec_stride, stream);
+    case 8: return launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, stream);
+    case 4: return launch<Dp4a<SFA, 4, 1, false, CPL>>(p, c_vec_stride, stream);
+    default: return launch<Dp4a<SFA, 2, 1, false, CPL>>(p, c_vec_stride, stream);
   }
+}
+
+/* NVFP4_GEMV_MMA in the environment (read once): 0 never takes the MMA
+ * kernel, 1 wherever it can (4 vectors, gemv_mma_fits); unset, the rule in
+ * takes_mma. */
+inline int gemv_mma_env() {
+  static const int v = [] {
+    const char *e = std::getenv("NVFP4_GEMV_MMA");
+    return e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : -1;
+  }();
+  return v;
+}
+
+/* Whether the MMA kernel can take p (the common checks passed). Only its
+ * 4-vector build is launched (the rule below); the kernel takes 1 to 8. */
+bool gemv_mma_fits(const nvfp4_matmul &p) {
+  return p.n == 4 && p.k % 128 == 0 && MmaSmem<4>(p.k).total <= device_info().smem_optin;
+}
+
+/* Whether the dp4a kernel can take p (the common checks passed). */
+bool gemv_dp4a_fits(const nvfp4_matmul &p) {
+  if (p.n > GEMV_MAX_NV) return false;
+  const int64_t smem = p.n == 1 ? std::max(GemvSmem<1>(p.k).total, GemvSmem<1, 2>(p.k).total)
+                       : p.n == 2 ? GemvSmem<2>(p.k).total
+                       : p.n == 3 ? GemvSmem<3>(p.k).total : GemvSmem<4>(p.k).total;
+  return smem <= device_info().smem_optin;
+}
+
+/* The MMA kernel takes 4 vectors: the dual always, the gemm where its rows
+ * (the weights' N) are at most 4096. H100, bench_gemm, us, dp4a -> MMA (PERF.md
+ * session 31): dual 4 x 4096 x 7168 23.3 -> 21.3, 4 x 7168 x 2048 16.1 ->
+ * 14.1, 4 x 14336 x 4096 41.1 -> 37.6, 4 x 2048 x 7168 16.2 -> 14.3; gemm 4 x
+ * 4096 x 7168 15.9 -> 14.6, 4 x 4096 x 16384 27.8 -> 26.3, 4 x 2048 x 7168
+ * 13.6 -> 13.3, but 4 x 7168 x 16384 40.6 -> 41.4 and 4 x 14336 x 4096 22.0
+ * -> 22.3. With 1 to 3 vectors it was slower on 13 of 15 shapes (its loop
+ * streams at ~0.6 of SOL where dp4a's one-vector loop reaches 0.86; the
+ * cause is open). */
+bool takes_mma(const nvfp4_matmul &p) {
+  const int env = gemv_mma_env();
+  if (env == 0 || !gemv_mma_fits(p)) return false;
+  return env == 1 || !gemv_dp4a_fits(p) || p.b2.data || p.m <= 4096;
+}
+
+template <int SFA>
+cudaError_t launch_mma(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  return p.b2.data ? launch<Mma<SFA, 4, true>>(p, c_vec_stride, stream)
+                   : launch<Mma<SFA, 4, false>>(p, c_vec_stride, stream);
 }
 
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  if (takes_mma(p)) return launch_mma<SFA>(p, c_vec_stride, stream);
   /* Several vectors: at most 8 lanes per row. Lanes of a warp that share a
    * chunk column read the same vector words (a broadcast), so 4 rows per warp
    * read each vector's 48 bytes per step in 3 shared-memory wavefronts where 32
@@ -701,11 +1072,11 @@ bool gemv_supported(const nvfp4_matmul &p) {
   if (!streamable(p.a) || (p.b2.data && !streamable(p.b2))) return false;
   if (!aligned(p.b.data, 16) || p.b.batch_stride % 16 || (p.n > 1 && p.b.row_stride % 16)) return false;
   if (p.m > INT32_MAX / 2) return false;  // row sets counted in 32 bits
-  const int64_t smem = p.n == 1 ? std::max(GemvSmem<1>(p.k).total, GemvSmem<1, 2>(p.k).total)
-                       : p.n == 2 ? GemvSmem<2>(p.k).total
-                       : p.n == 3 ? GemvSmem<3>(p.k).total : GemvSmem<4>(p.k).total;
-  return smem <= device_info().smem_optin;
+  return takes_mma(p) || gemv_dp4a_fits(p);
 }
+
+/* Whether gemv_launch runs the MMA kernel for p (gemv_supported(p)). */
+bool gemv_takes_mma(const nvfp4_matmul &p) { return takes_mma(p); }
 
 cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
   return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, c_vec_stride, stream)

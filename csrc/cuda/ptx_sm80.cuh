@@ -70,6 +70,13 @@ __device__ __forceinline__ uint32_t ld_shared_u8(uint32_t addr) {
   return v;
 }
 
+/* ld.shared of 4 bytes, as ld_shared_u2. */
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 /* ld.shared of 16 bytes / 2 bytes, as ld_shared_u2. */
 __device__ __forceinline__ uint4 ld_shared_u4(uint32_t addr) {
   uint4 v;
@@ -90,5 +97,16 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* mma.sync m16n8k32, A unsigned 8-bit, B signed 8-bit, int32 accumulators in
+ * place (ISA "mma", integer types). a: rows g (a[0], a[2]) and g + 8 (a[1],
+ * a[3]) of 16, k 4t..4t+3 (a[0], a[1]) and 16 + 4t.. (a[2], a[3]) of 32, byte
+ * i = k + i; b0 / b1: B's k 4t.. / 16 + 4t.. of column g; d as mma_16816's. */
+__device__ __forceinline__ void mma_16832_u8s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
