@@ -224,10 +224,13 @@ def mma_expected(op, m, n, k):
 @pytest.mark.parametrize("op", ["gemm", "dual"])
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
 @pytest.mark.parametrize("m,n,k,L", [(4, 4096, 1024, None), (4, 4100, 1152, 2), (4, 5000, 512, None), (4, 37, 128, 3),
-                                     (3, 300, 1024, None), (4, 200, 1088, None)])
+                                     (3, 300, 1024, None), (4, 200, 1088, None), (4, 4096, 128, None),
+                                     (4, 4000, 384, 8), (4, 30000, 256, None)])
 def test_four_vectors_on_mma(gen, op, layout, m, n, k, L):
     """Four activation rows: the GEMV's integer-mma kernel (dual always, gemm with N <= 4096,
-    K % 128 == 0), else the dp4a loop; either way the exact result, every output written."""
+    K % 128 == 0), else the dp4a loop; either way the exact result, every output written. The
+    shapes give the mma kernel rows split over 2 to 8 warps, whole rows per warp, several sets a
+    warp, batches and a last set past N."""
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
@@ -236,6 +239,28 @@ def test_four_vectors_on_mma(gen, op, layout, m, n, k, L):
     assert any("gemv_kernel_mma" in x for x in names) == mma_expected(op, m, n, k), names
     assert any("gemv_kernel" in x for x in names), names
     assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("n,k,L,cpl", [(4096, 16384, None, 2), (4096, 16384 + 128, None, 1), (2048, 7168, None, 1),
+                                       (4096, 8192, 2, 2)])
+def test_dual_of_four_two_steps_per_item(gen, layout, n, k, L, cpl):
+    """The dual of four activation rows on the integer-mma kernel copies two steps per item where
+    its warps' shares are long (>= 24 steps each, K % 256 == 0; csrc/cuda/gemv.cu, launch_mma),
+    else one: the kernel's last template argument, and the exact result."""
+    if os.environ.get("NVFP4_GEMV_MMA") == "0":
+        pytest.skip("the integer-mma kernel is off (NVFP4_GEMV_MMA=0)")
+    env = os.environ.get("NVFP4_GEMV_MMA_CPL")
+    if env in ("1", "2"):
+        cpl = 2 if env == "2" and k % 256 == 0 else 1
+    a, b1 = gemm_problem(L, 4, n, k, gen, "cuda", (layout, layout))
+    b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
+    out = poisoned(((L,) if L else ()) + (4, n), "cuda")
+    call, ref = gemm_or_dual("dual", a, b1, b2, out)
+    _, names = launched(call)
+    assert any(re.search(rf"gemv_kernel_mma<\d+, 4, true, (true|false), {cpl}>", x) for x in names), names
+    assert_matches(out, ref, f"dual M=4 N={n} K={k} L={L} {layout} on cuda")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

@@ -495,6 +495,10 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
  * build is launched (takes_mma); with 1 to 3 vectors slower (its stream
  * reaches ~0.6 of SOL at one vector against dp4a's 0.86, though its loop is
  * ~110 instructions per 64 codes of a lane; more ring stages did not help).
+ * CPL = 2 (the dual with long warp shares, launch_mma): an item is two
+ * steps, a lane's four chunk copies back to back, so each row's 128-byte
+ * line is asked for at once rather than in halves one item apart: 11-18%
+ * faster there (session 32; the copies alone had read at 0.68 of SOL).
  * Preconditions (gemv_mma_fits): K % 128 == 0, the dp4a kernel's alignment,
  * the vectors (NV x K x 1.25 bytes) and rings in shared memory. */
 #ifndef NVFP4_GEMV_MMA_STAGES  // experiment knob: the ring's depth
@@ -502,19 +506,20 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
 #endif
 constexpr int GEMV_MMA_MAX_NV = 8;
 
-template <int NV>
+template <int NV, int CPL>
 struct MmaCfg {
   static_assert(NV >= 1 && NV <= GEMV_MMA_MAX_NV, "1 to 8 vectors");
+  static_assert(CPL == 1 || CPL == 2, "steps per item");
   static constexpr int U = (NV + 1) / 2;  // n8 tiles: vectors 2u and 2u + 1
   static constexpr int THREADS = NV == 1 || NV > 4 ? 256 : 512, WARPS = THREADS / 32;
-  static constexpr int STAGES = NVFP4_GEMV_MMA_STAGES;
+  static constexpr int STAGES = CPL == 2 ? 3 : NVFP4_GEMV_MMA_STAGES;  // (3 x 2 steps: 4 x 16384 fits)
   static constexpr int MIN_CTAS = NV > 4 ? 1 : 512 / THREADS;  // launch bounds: <= 128 registers up to 4 vectors
 };
 
 /* Shared-memory plan of one CTA of NV vectors (bytes). */
-template <int NV>
+template <int NV, int CPL>
 struct MmaSmem {
-  static constexpr int64_t U = MmaCfg<NV>::U, THREADS = MmaCfg<NV>::THREADS, STAGES = MmaCfg<NV>::STAGES;
+  static constexpr int64_t U = MmaCfg<NV, CPL>::U, THREADS = MmaCfg<NV, CPL>::THREADS, STAGES = MmaCfg<NV, CPL>::STAGES;
   int64_t plane, b8, sb, zero, table, ring_a, ring_s, part, total;
   __host__ __device__ explicit MmaSmem(int64_t k) {
     plane = k + 16;                           // one vector's int8 2b; +16: the next vector 4 banks on
@@ -522,31 +527,32 @@ struct MmaSmem {
     sb = (NV * plane + 15) / 16 * 16;         // b's scales / 4: [k / 32 block pairs][2 blocks][2U vectors] floats
     zero = sb + (k / 32) * 2 * 2 * U * 4 + 8; // 32 zero bytes at banks 2 mod 4 (apart from the planes' reads)
     table = zero + 40;                        // the split's table, 4 copies
-    ring_a = table + 16;                      // [STAGES][2 rows][THREADS] 16-byte chunks
-    ring_s = ring_a + STAGES * 2 * THREADS * 16;  // [STAGES][2 rows][THREADS] scale words
-    part = ring_s + STAGES * 2 * THREADS * 4;     // split sets: [warp][16 rows][NV] floats
+    ring_a = table + 16;                      // [STAGES][CPL steps][2 rows][THREADS] 16-byte chunks
+    ring_s = ring_a + STAGES * CPL * 2 * THREADS * 16;  // [STAGES][CPL steps][2 rows][THREADS] scale words
+    part = ring_s + STAGES * CPL * 2 * THREADS * 4;     // split sets: [warp][16 rows][NV] floats
     total = part + (THREADS / 32) * 16 * NV * 4;
   }
 };
 
-template <int SFA_LAYOUT, int NV, bool DUAL, bool SPLIT>
-__global__ void __launch_bounds__(MmaCfg<NV>::THREADS, MmaCfg<NV>::MIN_CTAS)
+template <int SFA_LAYOUT, int NV, bool DUAL, bool SPLIT, int CPL>
+__global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN_CTAS)
     gemv_kernel_mma(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
-  constexpr int THREADS = MmaCfg<NV>::THREADS, WARPS = THREADS / 32, STAGES = MmaCfg<NV>::STAGES, U = MmaCfg<NV>::U;
+  constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = THREADS / 32, STAGES = MmaCfg<NV, CPL>::STAGES;
+  constexpr int U = MmaCfg<NV, CPL>::U;
   constexpr int32_t BIAS = 0x4B400000;  // the float 12582912 = 1.5 * 2^23
   extern __shared__ __align__(16) uint8_t smem[];
-  const MmaSmem<NV> plan(p.k);
+  const MmaSmem<NV, CPL> plan(p.k);
   float *const part = reinterpret_cast<float *>(smem + plan.part);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int64_t l = l_base + blockIdx.y;
   // sets dealt as in gemv_kernel (GemvDeal); split: this warp's segment of its set
   const int split = SPLIT ? deal.split : 1, seg = SPLIT ? warp % split : 0;
-  const int k_blocks = (int)(p.k / 16), steps = SPLIT ? deal.seg_steps : (int)(p.k / 128);
+  const int k_blocks = (int)(p.k / 16), steps = SPLIT ? deal.seg_steps : (int)(p.k / (128 * CPL));  // items
   const int set_first = SPLIT ? (int)blockIdx.x * (WARPS / split) + warp / split : warp * (int)gridDim.x + (int)blockIdx.x;
   const int row_sets = SPLIT ? (warp < WARPS / split * split && set_first < deal.sets ? 1 : 0)
                              : deal.row_sets + (set_first < deal.extra ? 1 : 0);
   const int items = row_sets * steps;
-  const int seg_step = seg * steps;  // the segment's first step of the row (split sets)
+  const int seg_step = CPL * seg * steps;  // the segment's first step of the row (split sets)
   // Row h (0: rows g, 1: g + 8; dual: row g of A, then of A2) of set s.
   auto set_row = [&](int s, int h) { return DUAL ? (int64_t)s * 8 + g : (int64_t)s * 16 + g + 8 * h; };
   pdl_wait();  // common.cuh: nothing global is touched before this
@@ -571,9 +577,12 @@ __global__ void __launch_bounds__(MmaCfg<NV>::THREADS, MmaCfg<NV>::MIN_CTAS)
   auto issue = [&](int stage) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      cp_async_16(a_dst + (stage * 2 + h) * THREADS * 16, p_a[h]);
-      cp_async_4(s_dst + (stage * 2 + h) * THREADS * 4, p_sf[h]);
-      p_a[h] += 64, p_sf[h] += sf_step;
+#pragma unroll
+      for (int c = 0; c < CPL; c++) {  // a row's steps one after another: whole 128-byte lines with CPL = 2
+        cp_async_16(a_dst + ((stage * CPL + c) * 2 + h) * THREADS * 16, p_a[h] + 64 * c);
+        cp_async_4(s_dst + ((stage * CPL + c) * 2 + h) * THREADS * 4, p_sf[h] + c * sf_step);
+      }
+      p_a[h] += 64 * CPL, p_sf[h] += CPL * sf_step;
     }
     if (++p_step == steps) {
       p_step = 0;
@@ -645,10 +654,13 @@ __global__ void __launch_bounds__(MmaCfg<NV>::THREADS, MmaCfg<NV>::MIN_CTAS)
   int step = 0, set = set_first;
   auto item = [&](int it, int stage) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
-    const uint4 x0 = ld_shared_u4(ring_a + (stage * 2) * THREADS * 16);
-    const uint4 x1 = ld_shared_u4(ring_a + (stage * 2 + 1) * THREADS * 16);
-    const uint32_t w0 = ld_shared_u32(ring_s + (stage * 2) * THREADS * 4) >> (16 * (t & 1));
-    const uint32_t w1 = ld_shared_u32(ring_s + (stage * 2 + 1) * THREADS * 4) >> (16 * (t & 1));
+#pragma unroll
+    for (int c = 0; c < CPL; c++) {  // the item's steps
+    const int slot = stage * CPL + c;
+    const uint4 x0 = ld_shared_u4(ring_a + (slot * 2) * THREADS * 16);
+    const uint4 x1 = ld_shared_u4(ring_a + (slot * 2 + 1) * THREADS * 16);
+    const uint32_t w0 = ld_shared_u32(ring_s + (slot * 2) * THREADS * 4) >> (16 * (t & 1));
+    const uint32_t w1 = ld_shared_u32(ring_s + (slot * 2 + 1) * THREADS * 4) >> (16 * (t & 1));
     const float2 sa0 = nvfp4_e4m3x2_to_float2(w0 & 0xFFFFu), sa1 = nvfp4_e4m3x2_to_float2(w1 & 0xFFFFu);
     float sbl[4 * U];  // [block][2U vectors] of this lane's two blocks
 #pragma unroll
@@ -684,12 +696,13 @@ __global__ void __launch_bounds__(MmaCfg<NV>::THREADS, MmaCfg<NV>::MIN_CTAS)
             acc[h][v] = fmaf(__int_as_float(dp[u][e]) - __int_as_float(dn[u][e]), sa[h] * sbl[blk * 2 * U + v], acc[h][v]);
         }
     }
-    // Refill (item it + STAGES - 1 goes to the stage just before this one).
-    if (it + STAGES - 1 < items) issue(stage == 0 ? STAGES - 1 : stage - 1);
-    cp_async_commit();
 #pragma unroll
     for (int u = 0; u < U; u++) b_ptr[u] += b_inc[u];
     sb_step += 16 * U;
+    }
+    // Refill (item it + STAGES - 1 goes to the stage just before this one).
+    if (it + STAGES - 1 < items) issue(stage == 0 ? STAGES - 1 : stage - 1);
+    cp_async_commit();
     if (++step == steps) {  // set done: the quad's sums of each row and vector
       step = 0;
 #pragma unroll
@@ -799,15 +812,15 @@ struct Dp4a {
   static int64_t sets(int64_t m) { return RowSets<SFA, LPR, DUAL>::count(m); }
   static int steps(int64_t k) { return (int)(k / 32 / (LPR * CPL)); }
 };
-template <int SFA, int NV, bool DUAL>
+template <int SFA, int NV, bool DUAL, int CPL>
 struct Mma {
-  static constexpr int THREADS = MmaCfg<NV>::THREADS, WARPS = MmaCfg<NV>::WARPS, VECTORS = NV;
+  static constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = MmaCfg<NV, CPL>::WARPS, VECTORS = NV;
   static constexpr bool CAN_SPLIT = true;
   template <bool SPLIT>
-  static constexpr auto kernel() { return gemv_kernel_mma<SFA, NV, DUAL, SPLIT>; }
-  static int64_t smem(int64_t k) { return MmaSmem<NV>(k).total; }
+  static constexpr auto kernel() { return gemv_kernel_mma<SFA, NV, DUAL, SPLIT, CPL>; }
+  static int64_t smem(int64_t k) { return MmaSmem<NV, CPL>(k).total; }
   static int64_t sets(int64_t m) { return (m + (DUAL ? 7 : 15)) / (DUAL ? 8 : 16); }
-  static int steps(int64_t k) { return (int)(k / 128); }
+  static int steps(int64_t k) { return (int)(k / (128 * CPL)); }  // items of a row set
 };
 
 template <class K>
@@ -998,7 +1011,7 @@ inline int gemv_mma_env() {
 /* Whether the MMA kernel can take p (the common checks passed). Only its
  * 4-vector build is launched (the rule below); the kernel takes 1 to 8. */
 bool gemv_mma_fits(const nvfp4_matmul &p) {
-  return p.n == 4 && p.k % 128 == 0 && MmaSmem<4>(p.k).total <= device_info().smem_optin;
+  return p.n == 4 && p.k % 128 == 0 && MmaSmem<4, 1>(p.k).total <= device_info().smem_optin;
 }
 
 /* Whether the dp4a kernel can take p (the common checks passed). */
@@ -1025,10 +1038,32 @@ bool takes_mma(const nvfp4_matmul &p) {
   return env == 1 || !gemv_dp4a_fits(p) || p.b2.data || p.m <= 4096;
 }
 
+/* The dual takes two steps per item (CPL = 2: each row's copies cover whole
+ * 128-byte lines, a 3-deep ring) where the warps' shares are long: a CTA per
+ * SM with its row sets' steps over 16 warps makes at least 24 steps each;
+ * NVFP4_GEMV_MMA_CPL = 1 / 2 in the environment forces either where it fits.
+ * Measured on an H100 (PERF.md session 32): a quarter fewer DRAM row switches
+ * per byte made the long duals 5-12% faster, the short ones 1-6% slower. The
+ * gemm's build of CPL = 2 spills under the 128-register cap and gained 2% at
+ * most (4 x 7168 x 16384): not built. */
+inline int gemv_mma_cpl_env() {
+  static const int v = [] {
+    const char *e = std::getenv("NVFP4_GEMV_MMA_CPL");
+    return e && e[0] == '1' ? 1 : e && e[0] == '2' ? 2 : 0;
+  }();
+  return v;
+}
+
 template <int SFA>
 cudaError_t launch_mma(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  return p.b2.data ? launch<Mma<SFA, 4, true>>(p, c_vec_stride, stream)
-                   : launch<Mma<SFA, 4, false>>(p, c_vec_stride, stream);
+  if (!p.b2.data) return launch<Mma<SFA, 4, false, 1>>(p, c_vec_stride, stream);
+  const bool fits2 = p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin;
+  const int env = gemv_mma_cpl_env();
+  const int64_t sets = (p.m + 7) / 8;
+  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(device_info().sms / std::max<int64_t>(p.batch, 1), sets));
+  const bool long_shares = (sets + ctas - 1) / ctas * (p.k / 128) >= 24 * MmaCfg<4, 1>::WARPS;
+  return fits2 && (env == 2 || (env == 0 && long_shares)) ? launch<Mma<SFA, 4, true, 2>>(p, c_vec_stride, stream)
+                                                          : launch<Mma<SFA, 4, true, 1>>(p, c_vec_stride, stream);
 }
 
 template <int SFA>
