@@ -1042,8 +1042,8 @@ bool takes_mma(const nvfp4_matmul &p) {
  * 128-byte lines, a 3-deep ring) where the warps' shares are long: a CTA per
  * SM with its row sets' steps over 16 warps makes at least 24 steps each;
  * NVFP4_GEMV_MMA_CPL = 1 / 2 in the environment forces either where it fits.
- * Measured on an H100 (PERF.md session 32): a quarter fewer DRAM row switches
- * per byte made the long duals 5-12% faster, the short ones 1-6% slower. The
+ * Measured on an H100 (PERF.md session 32): the long duals 11-18% faster
+ * (4 x 7168 x 16384 74.2 -> 61.3 us), the short ones 1-6% slower. The
  * gemm's build of CPL = 2 spills under the 128-register cap and gained 2% at
  * most (4 x 7168 x 16384): not built. */
 inline int gemv_mma_cpl_env() {
