@@ -656,49 +656,50 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
     cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
 #pragma unroll
     for (int c = 0; c < CPL; c++) {  // the item's steps
-    const int slot = stage * CPL + c;
-    const uint4 x0 = ld_shared_u4(ring_a + (slot * 2) * THREADS * 16);
-    const uint4 x1 = ld_shared_u4(ring_a + (slot * 2 + 1) * THREADS * 16);
-    const uint32_t w0 = ld_shared_u32(ring_s + (slot * 2) * THREADS * 4) >> (16 * (t & 1));
-    const uint32_t w1 = ld_shared_u32(ring_s + (slot * 2 + 1) * THREADS * 4) >> (16 * (t & 1));
-    const float2 sa0 = nvfp4_e4m3x2_to_float2(w0 & 0xFFFFu), sa1 = nvfp4_e4m3x2_to_float2(w1 & 0xFFFFu);
-    float sbl[4 * U];  // [block][2U vectors] of this lane's two blocks
+      const int slot = stage * CPL + c;
+      const uint4 x0 = ld_shared_u4(ring_a + (slot * 2) * THREADS * 16);
+      const uint4 x1 = ld_shared_u4(ring_a + (slot * 2 + 1) * THREADS * 16);
+      const uint32_t w0 = ld_shared_u32(ring_s + (slot * 2) * THREADS * 4) >> (16 * (t & 1));
+      const uint32_t w1 = ld_shared_u32(ring_s + (slot * 2 + 1) * THREADS * 4) >> (16 * (t & 1));
+      const float2 sa0 = nvfp4_e4m3x2_to_float2(w0 & 0xFFFFu), sa1 = nvfp4_e4m3x2_to_float2(w1 & 0xFFFFu);
+      float sbl[4 * U];  // [block][2U vectors] of this lane's two blocks
 #pragma unroll
-    for (int q = 0; q < U; q++) reinterpret_cast<float4 *>(sbl)[q] = reinterpret_cast<const float4 *>(sb_step)[q];
-    const uint32_t xa[2][4] = {{x0.x, x0.y, x0.z, x0.w}, {x1.x, x1.y, x1.z, x1.w}};
+      for (int q = 0; q < U; q++) reinterpret_cast<float4 *>(sbl)[q] = reinterpret_cast<const float4 *>(sb_step)[q];
+      const uint32_t xa[2][4] = {{x0.x, x0.y, x0.z, x0.w}, {x1.x, x1.y, x1.z, x1.w}};
 #pragma unroll
-    for (int blk = 0; blk < 2; blk++) {
-      int dp[U][4], dn[U][4];
+      for (int blk = 0; blk < 2; blk++) {
+        int dp[U][4], dn[U][4];
 #pragma unroll
-      for (int u = 0; u < U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dp[u][e] = dn[u][e] = BIAS;
+          for (int e = 0; e < 4; e++) dp[u][e] = dn[u][e] = BIAS;
 #pragma unroll
-      for (int jj = 0; jj < 2; jj++) {
-        const int j = 2 * blk + jj;
-        uint32_t pa[4], na[4];
-        nvfp4_e2m1x8_split(xa[0][j], pa[0], pa[2], na[0], na[2], mag);
-        nvfp4_e2m1x8_split(xa[1][j], pa[1], pa[3], na[1], na[3], mag);
+        for (int jj = 0; jj < 2; jj++) {
+          const int j = 2 * blk + jj;
+          uint32_t pa[4], na[4];
+          nvfp4_e2m1x8_split(xa[0][j], pa[0], pa[2], na[0], na[2], mag);
+          nvfp4_e2m1x8_split(xa[1][j], pa[1], pa[3], na[1], na[3], mag);
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-          const uint2 b = ld_shared_u2(b_ptr[u] + 8 * j);
-          mma_16832_u8s8(dp[u], pa, b.x, b.y);
-          mma_16832_u8s8(dn[u], na, b.x, b.y);
+          for (int u = 0; u < U; u++) {
+            const uint2 b = ld_shared_u2(b_ptr[u] + 8 * j);
+            mma_16832_u8s8(dp[u], pa, b.x, b.y);
+            mma_16832_u8s8(dn[u], na, b.x, b.y);
+          }
         }
+        const float sa[2] = {blk ? sa0.y : sa0.x, blk ? sa1.y : sa1.x};
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int h = e >> 1, v = 2 * u + (e & 1);
+            if (v < NV)
+              acc[h][v] = fmaf(__int_as_float(dp[u][e]) - __int_as_float(dn[u][e]), sa[h] * sbl[blk * 2 * U + v],
+                               acc[h][v]);
+          }
       }
-      const float sa[2] = {blk ? sa0.y : sa0.x, blk ? sa1.y : sa1.x};
 #pragma unroll
-      for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int h = e >> 1, v = 2 * u + (e & 1);
-          if (v < NV)
-            acc[h][v] = fmaf(__int_as_float(dp[u][e]) - __int_as_float(dn[u][e]), sa[h] * sbl[blk * 2 * U + v], acc[h][v]);
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) b_ptr[u] += b_inc[u];
-    sb_step += 16 * U;
+      for (int u = 0; u < U; u++) b_ptr[u] += b_inc[u];
+      sb_step += 16 * U;
     }
     // Refill (item it + STAGES - 1 goes to the stage just before this one).
     if (it + STAGES - 1 < items) issue(stage == 0 ? STAGES - 1 : stage - 1);
