@@ -61,6 +61,19 @@ def main():
         b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
         bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                          reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+    # M = 4: the GEMV's integer-mma kernel (csrc/cuda/gemv.cu, gemv_kernel_mma): the dual 4 x 300 x 512 in
+    # batches of 2 and the gemm 4 x 200 x 1024 (row sets split over warps, partials through shared memory), the
+    # gemm 4 x 4000 x 256 (whole sets per warp); 4 x 32 (dual) or 64 (gemm) x 12288 in 66 batches (two CTAs per
+    # batch on 132 SMs, >= 12 steps a warp): two steps per item (mma_long_shares)
+    for op, L, n, k in [("dual", 2, 300, 512), ("gemm", None, 200, 1024), ("gemm", None, 4000, 256),
+                        ("dual", 66, 32, 12288), ("gemm", 66, 64, 12288)]:
+        a = random_operand(L, 4, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
+        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
+        if op == "gemm":
+            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+        else:
+            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
     # Stream-K (csrc/cuda/matmul_sm90.cu): 72 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
     # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs in ranges of equal cost (unequal
     # steps) that hand partials over through the workspace

@@ -211,13 +211,22 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
 
 
+def mma_long_shares(op, n, k, L):
+    """Whether the integer-mma kernel copies two steps per item by its rule (csrc/cuda/gemv.cu,
+    mma_long_shares): K % 256 == 0 and, with a CTA per SM, each of a CTA's 16 warps gets at least
+    12 steps of 128 K (sets of 8 weight rows for the dual, 16 for the gemm)."""
+    if k % 256 or k > 16384:  # (past 16384 its shared memory may not fit; no test goes there)
+        return False
+    sets = -(-n // (8 if op == "dual" else 16))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ctas = max(1, min(sms // max(L or 1, 1), sets))
+    return -(-sets // ctas) * (k // 128) >= 12 * 16
+
+
 def mma_expected(op, m, n, k):
     """Whether a gemm (or dual) of M <= 4 runs the GEMV's integer-mma kernel (csrc/cuda/gemv.cu,
-    takes_mma) under this process's NVFP4_GEMV_MMA."""
-    env = os.environ.get("NVFP4_GEMV_MMA")
-    if env == "0" or m != 4 or k % 128:
-        return False
-    return env == "1" or op == "dual" or n <= 4096
+    takes_mma: four vectors, K % 128 == 0) unless this process's NVFP4_GEMV_MMA=0."""
+    return os.environ.get("NVFP4_GEMV_MMA") != "0" and m == 4 and k % 128 == 0
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -225,12 +234,12 @@ def mma_expected(op, m, n, k):
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
 @pytest.mark.parametrize("m,n,k,L", [(4, 4096, 1024, None), (4, 4100, 1152, 2), (4, 5000, 512, None), (4, 37, 128, 3),
                                      (3, 300, 1024, None), (4, 200, 1088, None), (4, 4096, 128, None),
-                                     (4, 4000, 384, 8), (4, 30000, 256, None)])
+                                     (4, 4000, 384, 8), (4, 30000, 256, None), (4, 8200, 8192, None)])
 def test_four_vectors_on_mma(gen, op, layout, m, n, k, L):
-    """Four activation rows: the GEMV's integer-mma kernel (dual always, gemm with N <= 4096,
-    K % 128 == 0), else the dp4a loop; either way the exact result, every output written. The
-    shapes give the mma kernel rows split over 2 to 8 warps, whole rows per warp, several sets a
-    warp, batches and a last set past N."""
+    """Four activation rows: the GEMV's integer-mma kernel where K % 128 == 0, else the dp4a
+    loop; either way the exact result, every output written. The shapes give the mma kernel rows
+    split over 2 to 8 warps, whole rows per warp, several sets a warp, batches and a last set past
+    N."""
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
@@ -242,25 +251,29 @@ def test_four_vectors_on_mma(gen, op, layout, m, n, k, L):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("op", ["gemm", "dual"])
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
-@pytest.mark.parametrize("n,k,L,cpl", [(4096, 16384, None, 2), (4096, 16384 + 128, None, 1), (2048, 7168, None, 1),
-                                       (4096, 8192, 2, 2)])
-def test_dual_of_four_two_steps_per_item(gen, layout, n, k, L, cpl):
-    """The dual of four activation rows on the integer-mma kernel copies two steps per item where
-    its warps' shares are long (>= 24 steps each, K % 256 == 0; csrc/cuda/gemv.cu, launch_mma),
-    else one: the kernel's last template argument, and the exact result."""
-    if os.environ.get("NVFP4_GEMV_MMA") == "0":
+@pytest.mark.parametrize("n,k,L", [(4096, 16384, None), (4096, 16384 + 128, None), (2048, 7168, None),
+                                   (4096, 8192, 2), (8200, 8192, None), (3000, 4096, None), (24, 16384, 264)])
+def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
+    """The gemm or dual of four activation rows on the integer-mma kernel copies two steps per
+    item where its warps' shares are long (csrc/cuda/gemv.cu, mma_long_shares; NVFP4_GEMV_MMA_CPL
+    forces either where K % 256 == 0), else one: the kernel's last template argument, and the
+    exact result."""
+    if not mma_expected(op, 4, n, k):
         pytest.skip("the integer-mma kernel is off (NVFP4_GEMV_MMA=0)")
+    cpl = 2 if mma_long_shares(op, n, k, L) else 1
     env = os.environ.get("NVFP4_GEMV_MMA_CPL")
     if env in ("1", "2"):
         cpl = 2 if env == "2" and k % 256 == 0 else 1
     a, b1 = gemm_problem(L, 4, n, k, gen, "cuda", (layout, layout))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
     out = poisoned(((L,) if L else ()) + (4, n), "cuda")
-    call, ref = gemm_or_dual("dual", a, b1, b2, out)
+    call, ref = gemm_or_dual(op, a, b1, b2, out)
     _, names = launched(call)
-    assert any(re.search(rf"gemv_kernel_mma<\d+, 4, true, (true|false), {cpl}>", x) for x in names), names
-    assert_matches(out, ref, f"dual M=4 N={n} K={k} L={L} {layout} on cuda")
+    dual = "true" if op == "dual" else "false"
+    assert any(re.search(rf"gemv_kernel_mma<\d+, 4, {dual}, (true|false), {cpl}>", x) for x in names), names
+    assert_matches(out, ref, f"{op} M=4 N={n} K={k} L={L} {layout} on cuda")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

@@ -490,15 +490,15 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
  * Per 64 codes of a lane (NV <= 2): ~56 decode + 8 mma + 4 loads of B + 24
  * scaling + copies and loop ~25, ~1.8 instructions per code (the dp4a loop:
  * ~4.7 at NV = 1, ~9.4 at NV = 4).
- * Measured (H100, PERF.md session 31): with 4 vectors 6-12% faster than the
- * dp4a loop on the dual and on gemms of <= 4096 weight rows, so only that
- * build is launched (takes_mma); with 1 to 3 vectors slower (its stream
- * reaches ~0.6 of SOL at one vector against dp4a's 0.86, though its loop is
- * ~110 instructions per 64 codes of a lane; more ring stages did not help).
- * CPL = 2 (the dual with long warp shares, launch_mma): an item is two
- * steps, a lane's four chunk copies back to back, so each row's 128-byte
- * line is asked for at once rather than in halves one item apart: 11-18%
- * faster there (session 32; the copies alone had read at 0.68 of SOL).
+ * Measured (H100, PERF.md sessions 31-33): with 4 vectors faster than the
+ * dp4a loop on most shapes, so only that build is launched (takes_mma); with
+ * 1 to 3 vectors slower (one step per item: its stream reached ~0.6 of SOL
+ * at one vector against dp4a's 0.86, though its loop is ~110 instructions
+ * per 64 codes of a lane; more ring stages did not help).
+ * CPL = 2 (warp shares of at least 12 steps, mma_long_shares): an item is
+ * two steps, a lane's four chunk copies back to back, so each row's 128-byte
+ * line is asked for at once rather than in halves one item apart: up to 18%
+ * faster there (sessions 32-33; the copies alone had read at 0.68 of SOL).
  * Preconditions (gemv_mma_fits): K % 128 == 0, the dp4a kernel's alignment,
  * the vectors (NV x K x 1.25 bytes) and rings in shared memory. */
 #ifndef NVFP4_GEMV_MMA_STAGES  // experiment knob: the ring's depth
@@ -998,13 +998,12 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_
   }
 }
 
-/* NVFP4_GEMV_MMA in the environment (read once): 0 never takes the MMA
- * kernel, 1 wherever it can (4 vectors, gemv_mma_fits); unset, the rule in
- * takes_mma. */
+/* NVFP4_GEMV_MMA=0 in the environment (read once): the MMA kernel never
+ * runs (takes_mma). */
 inline int gemv_mma_env() {
   static const int v = [] {
     const char *e = std::getenv("NVFP4_GEMV_MMA");
-    return e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : -1;
+    return e && e[0] == '0' ? 0 : 1;
   }();
   return v;
 }
@@ -1024,29 +1023,8 @@ bool gemv_dp4a_fits(const nvfp4_matmul &p) {
   return smem <= device_info().smem_optin;
 }
 
-/* The MMA kernel takes 4 vectors: the dual always, the gemm where its rows
- * (the weights' N) are at most 4096. H100, bench_gemm, us, dp4a -> MMA (PERF.md
- * session 31): dual 4 x 4096 x 7168 23.3 -> 21.3, 4 x 7168 x 2048 16.1 ->
- * 14.1, 4 x 14336 x 4096 41.1 -> 37.6, 4 x 2048 x 7168 16.2 -> 14.3; gemm 4 x
- * 4096 x 7168 15.9 -> 14.6, 4 x 4096 x 16384 27.8 -> 26.3, 4 x 2048 x 7168
- * 13.6 -> 13.3, but 4 x 7168 x 16384 40.6 -> 41.4 and 4 x 14336 x 4096 22.0
- * -> 22.3. With 1 to 3 vectors it was slower on 13 of 15 shapes (its loop
- * streams at ~0.6 of SOL where dp4a's one-vector loop reaches 0.86; the
- * cause is open). */
-bool takes_mma(const nvfp4_matmul &p) {
-  const int env = gemv_mma_env();
-  if (env == 0 || !gemv_mma_fits(p)) return false;
-  return env == 1 || !gemv_dp4a_fits(p) || p.b2.data || p.m <= 4096;
-}
-
-/* The dual takes two steps per item (CPL = 2: each row's copies cover whole
- * 128-byte lines, a 3-deep ring) where the warps' shares are long: a CTA per
- * SM with its row sets' steps over 16 warps makes at least 24 steps each;
- * NVFP4_GEMV_MMA_CPL = 1 / 2 in the environment forces either where it fits.
- * Measured on an H100 (PERF.md session 32): the long duals 11-18% faster
- * (4 x 7168 x 16384 74.2 -> 61.3 us), the short ones 1-6% slower. The
- * gemm's build of CPL = 2 spills under the 128-register cap and gained 2% at
- * most (4 x 7168 x 16384): not built. */
+/* NVFP4_GEMV_MMA_CPL in the environment (read once): 1 / 2 forces either
+ * where it fits; unset, the rule in mma_cpl. */
 inline int gemv_mma_cpl_env() {
   static const int v = [] {
     const char *e = std::getenv("NVFP4_GEMV_MMA_CPL");
@@ -1055,16 +1033,48 @@ inline int gemv_mma_cpl_env() {
   return v;
 }
 
+/* Whether the MMA kernel copies two steps per item for p (gemv_mma_fits(p);
+ * CPL = 2: each row's copies cover whole 128-byte lines, a 3-deep ring): where
+ * the warps' shares are long, a CTA per SM with its row sets' steps over 16
+ * warps making at least 12 steps each. Measured on an H100, bench_gemm, us,
+ * CPL 1 -> 2 (PERF.md sessions 32-33), by the warps' steps: 28-56 steps the
+ * gemm 8-15% and the dual 10-18% faster (gemm 4 x 7168 x 16384 40.4 -> 37.0,
+ * 4 x 14336 x 16384 73.6 -> 62.5; dual 4 x 7168 x 16384 74.2 -> 61.3), 14-24
+ * steps the gemm 0-6% and the dual 2-12% (gemm 4 x 14336 x 4096 22.2 ->
+ * 20.8; dual 4 x 6144 x 7168 30.4 -> 27.5), 12 steps 1-3% (gemm 4 x 5120 x
+ * 8192 19.3 -> 18.8), 10 steps within 1%, 2-8 steps 0-10% slower (gemm 4 x
+ * 4096 x 8192 15.4 -> 16.0, 4 x 4096 x 2048 9.1 -> 10.0). */
+bool mma_long_shares(const nvfp4_matmul &p) {
+  if (p.k % 256 || MmaSmem<4, 2>(p.k).total > device_info().smem_optin) return false;
+  const int64_t sets = p.b2.data ? Mma<NVFP4_SF_LINEAR, 4, true, 1>::sets(p.m) : Mma<NVFP4_SF_LINEAR, 4, false, 1>::sets(p.m);
+  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(device_info().sms / std::max<int64_t>(p.batch, 1), sets));
+  return (sets + ctas - 1) / ctas * (p.k / 128) >= 12 * MmaCfg<4, 1>::WARPS;
+}
+
+/* Steps per item: the rule above, or NVFP4_GEMV_MMA_CPL where it fits. */
+int mma_cpl(const nvfp4_matmul &p) {
+  const int env = gemv_mma_cpl_env();
+  if (env == 2 && p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin) return 2;
+  return env == 0 && mma_long_shares(p) ? 2 : 1;
+}
+
+/* The MMA kernel takes 4 vectors (the gemm and the dual of M = 4) wherever
+ * it fits. H100, bench_gemm, us, dp4a -> MMA (PERF.md session 33, 22 gemm
+ * and 15 dual shapes): the dual 5-19% faster (4 x 4096 x 7168 23.7 -> 21.4,
+ * 4 x 6144 x 7168 33.0 -> 27.1); the gemm 2-18% faster on 16 shapes (4 x
+ * 4096 x 7168 16.4 -> 15.4, 4 x 28672 x 4096 37.4 -> 33.9), within 1% on 3,
+ * 2-3% slower on 3 whose warps make 2-4 steps (4 x 7168 x 2048 11.0 ->
+ * 11.3). With 1 to 3 vectors it was slower on 13 of 15 shapes (session 31,
+ * one step per item: its loop streamed at ~0.6 of SOL where dp4a's
+ * one-vector loop reaches 0.86): not built. */
+bool takes_mma(const nvfp4_matmul &p) { return gemv_mma_env() != 0 && gemv_mma_fits(p); }
+
 template <int SFA>
 cudaError_t launch_mma(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  if (!p.b2.data) return launch<Mma<SFA, 4, false, 1>>(p, c_vec_stride, stream);
-  const bool fits2 = p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin;
-  const int env = gemv_mma_cpl_env();
-  const int64_t sets = (p.m + 7) / 8;
-  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(device_info().sms / std::max<int64_t>(p.batch, 1), sets));
-  const bool long_shares = (sets + ctas - 1) / ctas * (p.k / 128) >= 24 * MmaCfg<4, 1>::WARPS;
-  return fits2 && (env == 2 || (env == 0 && long_shares)) ? launch<Mma<SFA, 4, true, 2>>(p, c_vec_stride, stream)
-                                                          : launch<Mma<SFA, 4, true, 1>>(p, c_vec_stride, stream);
+  const bool two = mma_cpl(p) == 2;
+  if (p.b2.data)
+    return two ? launch<Mma<SFA, 4, true, 2>>(p, c_vec_stride, stream) : launch<Mma<SFA, 4, true, 1>>(p, c_vec_stride, stream);
+  return two ? launch<Mma<SFA, 4, false, 2>>(p, c_vec_stride, stream) : launch<Mma<SFA, 4, false, 1>>(p, c_vec_stride, stream);
 }
 
 template <int SFA>
