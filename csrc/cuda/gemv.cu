@@ -498,7 +498,9 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
  * CPL = 2 (warp shares of at least 12 steps, mma_long_shares): an item is
  * two steps, a lane's four chunk copies back to back, so each row's 128-byte
  * line is asked for at once rather than in halves one item apart: up to 18%
- * faster there (sessions 32-33; the copies alone had read at 0.68 of SOL).
+ * faster there (sessions 32-33). The copies still set the time: alone (no
+ * math) they read at 0.64-0.83 of SOL on long shares, within ~10% of the
+ * whole kernel; the math alone runs at 0.75-1.1 of SOL (session 33).
  * Preconditions (gemv_mma_fits): K % 128 == 0, the dp4a kernel's alignment,
  * the vectors (NV x K x 1.25 bytes) and rings in shared memory. */
 #ifndef NVFP4_GEMV_MMA_STAGES  // experiment knob: the ring's depth
@@ -1044,8 +1046,11 @@ inline int gemv_mma_cpl_env() {
  * 20.8; dual 4 x 6144 x 7168 30.4 -> 27.5), 12 steps 1-3% (gemm 4 x 5120 x
  * 8192 19.3 -> 18.8), 10 steps within 1%, 2-8 steps 0-10% slower (gemm 4 x
  * 4096 x 8192 15.4 -> 16.0, 4 x 4096 x 2048 9.1 -> 10.0). */
+bool mma_cpl2_fits(const nvfp4_matmul &p) {
+  return p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin;
+}
 bool mma_long_shares(const nvfp4_matmul &p) {
-  if (p.k % 256 || MmaSmem<4, 2>(p.k).total > device_info().smem_optin) return false;
+  if (!mma_cpl2_fits(p)) return false;
   const int64_t sets = p.b2.data ? Mma<NVFP4_SF_LINEAR, 4, true, 1>::sets(p.m) : Mma<NVFP4_SF_LINEAR, 4, false, 1>::sets(p.m);
   const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(device_info().sms / std::max<int64_t>(p.batch, 1), sets));
   return (sets + ctas - 1) / ctas * (p.k / 128) >= 12 * MmaCfg<4, 1>::WARPS;
@@ -1054,7 +1059,7 @@ bool mma_long_shares(const nvfp4_matmul &p) {
 /* Steps per item: the rule above, or NVFP4_GEMV_MMA_CPL where it fits. */
 int mma_cpl(const nvfp4_matmul &p) {
   const int env = gemv_mma_cpl_env();
-  if (env == 2 && p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin) return 2;
+  if (env == 2 && mma_cpl2_fits(p)) return 2;
   return env == 0 && mma_long_shares(p) ? 2 : 1;
 }
 
