@@ -38,8 +38,8 @@
  * bounds checks.
  *
  * Several vectors (NV = N = 2..4; a gemm of M <= 4 rows with the roles
- * swapped, csrc/cuda/dispatch.cu); 4 of them on integer mma where that
- * measured faster (gemv_kernel_mma below). The floor is the same bytes of A; the
+ * swapped, csrc/cuda/dispatch.cu); 4 of them on integer mma wherever it
+ * fits (gemv_kernel_mma below). The floor is the same bytes of A; the
  * vectors' arithmetic grows with NV. Each A chunk is decoded once to int8
  * (nvfp4_e2m1x8_to_s8x8, 11 instructions per 8 codes, tables from shared
  * memory) and dotted with each vector: 8 dp4a, 2 subtractions, 2 scale
@@ -1035,6 +1035,11 @@ inline int gemv_mma_cpl_env() {
   return v;
 }
 
+/* Whether the MMA kernel's two-step build can take p: K % 256 == 0, its ring in shared memory. */
+bool mma_cpl2_fits(const nvfp4_matmul &p) {
+  return p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin;
+}
+
 /* Whether the MMA kernel copies two steps per item for p (gemv_mma_fits(p);
  * CPL = 2: each row's copies cover whole 128-byte lines, a 3-deep ring): where
  * the warps' shares are long, a CTA per SM with its row sets' steps over 16
@@ -1046,9 +1051,6 @@ inline int gemv_mma_cpl_env() {
  * 20.8; dual 4 x 6144 x 7168 30.4 -> 27.5), 12 steps 1-3% (gemm 4 x 5120 x
  * 8192 19.3 -> 18.8), 10 steps within 1%, 2-8 steps 0-10% slower (gemm 4 x
  * 4096 x 8192 15.4 -> 16.0, 4 x 4096 x 2048 9.1 -> 10.0). */
-bool mma_cpl2_fits(const nvfp4_matmul &p) {
-  return p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin;
-}
 bool mma_long_shares(const nvfp4_matmul &p) {
   if (!mma_cpl2_fits(p)) return false;
   const int64_t sets = p.b2.data ? Mma<NVFP4_SF_LINEAR, 4, true, 1>::sets(p.m) : Mma<NVFP4_SF_LINEAR, 4, false, 1>::sets(p.m);
