@@ -151,30 +151,52 @@ __global__ void __launch_bounds__(256) cpasync_kernel(Src src, unsigned *sink) {
 }
 
 /* ---- piece: a warp's ring of R rows x P bytes items (the skinny kernel's reads) ---- */
-template <int R, int P, int S>
-__global__ void __launch_bounds__(128) piece_kernel(Src src, unsigned *sink) {
+/* MODE 0: a warp instruction copies 4 rows x 128 bytes (lane / 8, lane % 8),
+ * scales 16 bytes of a row per lane. MODE 1: the MMA GEMV's copies at CPL = 2
+ * (R = 16, P = 128): lane (g, t) copies 16 bytes at 64 c + 16 t of rows g and
+ * g + 8 (an instruction covers 8 rows x 64 bytes) and 4-byte scale words
+ * (cp.async.ca) 8 c + 4 (t / 2) of each; MODE 2: MODE 1's code copies, MODE 0's
+ * scale copies. */
+template <int R, int P, int S, int MODE = 0, int WARPS = 4>
+__global__ void __launch_bounds__(32 * WARPS) piece_kernel(Src src, unsigned *sink) {
   extern __shared__ __align__(1024) uint8_t smem[]; /* one declaration for all kernels here */
-  constexpr int CU = R * P / 16, SU = R * P / 128; /* 16-byte units of codes, scales per item */
+  constexpr int CU = R * P / 16, SU = (MODE == 1 ? 2 : 1) * R * P / 128; /* 16-byte units of codes, scales per item */
   constexpr int SLOT = 16 * (CU + SU);
   static_assert(CU % 32 == 0 && P % 128 == 0, "whole chunks per lane");
+  static_assert(MODE == 0 || (R == 16 && P == 128), "the MMA GEMV's item");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t steps = src.row_bytes / P, items = src.rows / R * steps;
   size_t lo, hi;
   share(items, lo, hi);
-  const size_t n = hi - lo, a = lo + n * warp / 4, e = lo + n * (warp + 1) / 4;
+  const size_t n = hi - lo, a = lo + n * warp / WARPS, e = lo + n * (warp + 1) / WARPS;
   const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + warp * S * SLOT;
   const uint8_t *codes = reinterpret_cast<const uint8_t *>(src.a), *scales = reinterpret_cast<const uint8_t *>(src.s);
   auto issue = [&](size_t x, int slot) {
     if (x < e) {
       const size_t row0 = x / steps * R, off = x % steps * P;
+      if (MODE) {
+        const int g = lane / 4, t = lane % 4;
 #pragma unroll
-      for (int u = 0; u < CU / 32; u++) {
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int c = 0; c < 2; c++) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + slot * SLOT + 16 * ((c * 2 + h) * 32 + lane)),
+                         "l"(codes + (row0 + g + 8 * h) * src.row_bytes + off + 64 * c + 16 * t)
+                         : "memory");
+            if (MODE == 1)
+              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(ring + slot * SLOT + 16 * CU + 4 * ((c * 2 + h) * 32 + lane)),
+                           "l"(scales + (row0 + g + 8 * h) * (src.row_bytes / 8) + off / 8 + 8 * c + 4 * (t / 2))
+                           : "memory");
+          }
+      }
+#pragma unroll
+      for (int u = 0; u < (MODE ? 0 : CU / 32); u++) {
         const int c = lane + 32 * u, r = c / (P / 16), k = c % (P / 16);
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + slot * SLOT + 16 * c),
                      "l"(codes + (row0 + r) * src.row_bytes + off + 16 * k)
                      : "memory");
       }
-      for (int c = lane; c < SU; c += 32) {
+      for (int c = lane; c < (MODE == 1 ? 0 : SU); c += 32) {
         const int r = c / (P / 128), k = c % (P / 128);
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + slot * SLOT + 16 * (CU + c)),
                      "l"(scales + (row0 + r) * (src.row_bytes / 8) + off / 8 + 16 * k)
@@ -288,15 +310,27 @@ void launch_bulk(Src s, unsigned *sink, int sms, cudaStream_t st) {
   (void)once;
   bulk_kernel<CH, NS, READ, HINT><<<sms * CPS, 288, SMEM, st>>>(s, sink);
 }
-template <int R, int P, int S, int CPS>
+template <int R, int P, int S, int CPS, int MODE = 0>
 void launch_piece(Src s, unsigned *sink, int sms, cudaStream_t st) {
-  constexpr int SMEM = 4 * S * (R * P + R * P / 8);
+  constexpr int SMEM = 4 * S * (R * P + (MODE == 1 ? 2 : 1) * R * P / 8);
   static bool once = [] {
-    CHECK(cudaFuncSetAttribute(piece_kernel<R, P, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    CHECK(cudaFuncSetAttribute(piece_kernel<R, P, S, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
     return true;
   }();
   (void)once;
-  piece_kernel<R, P, S><<<sms * CPS, 128, SMEM, st>>>(s, sink);
+  piece_kernel<R, P, S, MODE><<<sms * CPS, 128, SMEM, st>>>(s, sink);
+}
+/* One CTA of 16 warps on each of the first NSM SMs (the MMA GEMV's grid of 112
+ * CTAs on 132 SMs: PERF.md session 34). */
+template <int R, int P, int S, int MODE, int NSM>
+void launch_piece16(Src s, unsigned *sink, int, cudaStream_t st) {
+  constexpr int SMEM = 16 * S * (R * P + (MODE == 1 ? 2 : 1) * R * P / 8);
+  static bool once = [] {
+    CHECK(cudaFuncSetAttribute(piece_kernel<R, P, S, MODE, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    return true;
+  }();
+  (void)once;
+  piece_kernel<R, P, S, MODE, 16><<<NSM, 512, SMEM, st>>>(s, sink);
 }
 template <int U, int CPS>
 void launch_ldg(Src s, unsigned *sink, int sms, cudaStream_t st) { ldg_kernel<U><<<sms * CPS, 256, 0, st>>>(s, sink); }
@@ -369,6 +403,19 @@ int main(int argc, char **argv) {
       {"piece8x1024s2x2", launch_piece<8, 1024, 2, 2>},
       {"piece8x1024s2x3", launch_piece<8, 1024, 2, 3>},
       {"piece4x2048s2x2", launch_piece<4, 2048, 2, 2>},
+      /* the MMA GEMV of 4 vectors (gemv.cu, session 34): 16 warps per SM, a
+         warp's item 16 rows x 128 bytes (CPL = 2), and longer pieces */
+      {"piece16x128s3x4", launch_piece<16, 128, 3, 4>},
+      {"piece16x128s5x4", launch_piece<16, 128, 5, 4>},
+      {"mma16x128s3x4", launch_piece<16, 128, 3, 4, 1>},   /* MODE 1 */
+      {"mmacode16x128s3x4", launch_piece<16, 128, 3, 4, 2>},  /* MODE 2 */
+      /* CTAs of 16 warps, one per SM, on 132 or 112 SMs */
+      {"mma16x128s3g132", launch_piece16<16, 128, 3, 1, 132>},
+      {"mma16x128s3g112", launch_piece16<16, 128, 3, 1, 112>},
+      {"piece16x128s3g132", launch_piece16<16, 128, 3, 0, 132>},
+      {"piece16x128s3g112", launch_piece16<16, 128, 3, 0, 112>},
+      {"piece16x256s2x4", launch_piece<16, 256, 2, 4>},
+      {"piece16x256s3x4", launch_piece<16, 256, 3, 4>},
   };
   const bool piece_only = argc > 1 && std::string(argv[1]) == "piece";
   for (int c = 1 + piece_only; c < argc; c++) {

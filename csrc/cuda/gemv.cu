@@ -593,16 +593,29 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
     }
   };
 
-  // The vectors' first chunks are loaded before the ring's copies (gemv_kernel).
+  // The vectors: a thread's chunks (and their two scale bytes) in batches of
+  // BATCH, every load of a batch issued before its first use, the first batch
+  // before the ring's copies. One chunk's loads, decode and stores after
+  // another cost ~4 us at K = 16384 (each a round trip behind the ring's
+  // copies; PERF.md session 34).
   const int chunks = (int)(p.k / 32);
   const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
   const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
-  auto load_b = [&](int f) { return *reinterpret_cast<const uint4 *>(b_batch + (f / chunks) * p.b.row_stride + 16 * (f % chunks)); };
-  constexpr int EARLY = 2;
-  uint4 early_b[EARLY];
+  struct BChunk {
+    uint4 v;
+    uint32_t s0, s1;  // e4m3 scale bytes of its two blocks
+  };
+  auto load_b = [&](int f, BChunk &b) {
+    const int j = f / chunks, c = f % chunks;
+    b.v = *reinterpret_cast<const uint4 *>(b_batch + j * p.b.row_stride + 16 * c);
+    b.s0 = sfb_batch[nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 2 * c)];
+    b.s1 = sfb_batch[nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 2 * c + 1)];
+  };
+  constexpr int BATCH = 4;
+  BChunk batch[BATCH];
 #pragma unroll
-  for (int i = 0; i < EARLY; i++)
-    if (tid + i * THREADS < NV * chunks) early_b[i] = load_b(tid + i * THREADS);
+  for (int i = 0; i < BATCH; i++)
+    if (tid + i * THREADS < NV * chunks) load_b(tid + i * THREADS, batch[i]);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < items) issue(s);
@@ -610,24 +623,27 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
   }
   {  // the vectors into shared memory, while the first stages are in flight
     float *sbw = reinterpret_cast<float *>(smem + plan.sb);
-    auto store_b = [&](int f, const uint4 v) {
+    auto store_b = [&](int f, const BChunk &b) {
       const int j = f / chunks, c = f % chunks;
       uint4 lo, hi;  // int8 2b of codes 0..15 and 16..31 of the chunk, in order
-      nvfp4_e2m1x8_to_s8x8(v.x, lo.x, lo.y);
-      nvfp4_e2m1x8_to_s8x8(v.y, lo.z, lo.w);
-      nvfp4_e2m1x8_to_s8x8(v.z, hi.x, hi.y);
-      nvfp4_e2m1x8_to_s8x8(v.w, hi.z, hi.w);
+      nvfp4_e2m1x8_to_s8x8(b.v.x, lo.x, lo.y);
+      nvfp4_e2m1x8_to_s8x8(b.v.y, lo.z, lo.w);
+      nvfp4_e2m1x8_to_s8x8(b.v.z, hi.x, hi.y);
+      nvfp4_e2m1x8_to_s8x8(b.v.w, hi.z, hi.w);
       uint4 *dst = reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 32 * c);
       dst[0] = lo, dst[1] = hi;
-      const uint8_t *sf = sfb_batch + nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 0);
-      sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c)]);
-      sbw[c * 4 * U + 2 * U + j] =
-          0.25f * nvfp4_e4m3_to_float(sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c + 1)]);
+      sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float((uint8_t)b.s0);
+      sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float((uint8_t)b.s1);
     };
+    for (int f0 = tid;; f0 += BATCH * THREADS) {
 #pragma unroll
-    for (int i = 0; i < EARLY; i++)
-      if (tid + i * THREADS < NV * chunks) store_b(tid + i * THREADS, early_b[i]);
-    for (int f = tid + EARLY * THREADS; f < NV * chunks; f += THREADS) store_b(f, load_b(f));
+      for (int i = 0; i < BATCH; i++)
+        if (f0 + i * THREADS < NV * chunks) store_b(f0 + i * THREADS, batch[i]);
+      if (f0 + BATCH * THREADS >= NV * chunks) break;
+#pragma unroll
+      for (int i = 0; i < BATCH; i++)
+        if (f0 + (BATCH + i) * THREADS < NV * chunks) load_b(f0 + (BATCH + i) * THREADS, batch[i]);
+    }
     if (NV % 2)  // the odd vector count's last column: scales 0 (its B reads the zero block)
       for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + NV] = sbw[c * 4 * U + 2 * U + NV] = 0.f;
     if (tid < 8) reinterpret_cast<uint32_t *>(smem + plan.zero)[tid] = 0u;
