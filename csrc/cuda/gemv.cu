@@ -500,7 +500,10 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
  * line is asked for at once rather than in halves one item apart: up to 18%
  * faster there (sessions 32-33). The copies still set the time: alone (no
  * math) they read at 0.64-0.83 of SOL on long shares, within ~10% of the
- * whole kernel; the math alone runs at 0.75-1.1 of SOL (session 33).
+ * whole kernel; the math alone runs at 0.75-1.1 of SOL (session 33). Of
+ * that, the vectors' prologue was ~4 us at K = 16384 (now batched, session
+ * 34); the same copy pattern in tools/bulk_read.cu reads at ~0.79-0.84, on
+ * 112 SMs as on 132, where a plain ld.global read reaches 0.88.
  * Preconditions (gemv_mma_fits): K % 128 == 0, the dp4a kernel's alignment,
  * the vectors (NV x K x 1.25 bytes) and rings in shared memory. */
 #ifndef NVFP4_GEMV_MMA_STAGES  // experiment knob: the ring's depth
