@@ -150,6 +150,19 @@ struct RowSets {
   }
 };
 
+/* Chunk c (codes 32c..32c+31) of vector j of the batch's b: its 16 bytes and
+ * the e4m3 bytes of its two scale blocks (both kernels load their vectors so). */
+struct BChunk {
+  uint4 v;
+  uint32_t s0, s1;
+};
+__device__ __forceinline__ BChunk load_b_chunk(const nvfp4_operand &b, const uint8_t *b_batch, const uint8_t *sfb_batch,
+                                               int64_t k_blocks, int j, int c) {
+  const uint8_t *sf = sfb_batch + nvfp4_sf_offset(b.sf_layout, b.sf_row_stride, k_blocks, j, 0);
+  return BChunk{*reinterpret_cast<const uint4 *>(b_batch + j * b.row_stride + 16 * c),
+                sf[nvfp4_sf_offset(b.sf_layout, 0, k_blocks, 0, 2 * c)], sf[nvfp4_sf_offset(b.sf_layout, 0, k_blocks, 0, 2 * c + 1)]};
+}
+
 /* item(i, stage) for i < items in order, stage = i % STAGES, unrolled by
  * STAGES so that every ring offset is a constant; then this thread's copies
  * are all waited for. */
@@ -292,16 +305,7 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   // Chunks of all NV vectors are numbered f = j * chunks + c (vector j, chunk c).
   const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
   const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
-  struct BChunk {
-    uint4 v;
-    uint32_t s0, s1;
-  };
-  auto load_b = [&](int j, int c) {
-    const uint8_t *sf = sfb_batch + nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 0);
-    return BChunk{*reinterpret_cast<const uint4 *>(b_batch + j * p.b.row_stride + 16 * c),
-                  sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c)],
-                  sf[nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, 2 * c + 1)]};
-  };
+  auto load_b = [&](int j, int c) { return load_b_chunk(p.b, b_batch, sfb_batch, k_blocks, j, c); };
   const int b_chunks = NV * chunks;
   constexpr int EARLY = 2;
   BChunk early_b[EARLY] = {};
@@ -604,16 +608,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
   const int chunks = (int)(p.k / 32);
   const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
   const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
-  struct BChunk {
-    uint4 v;
-    uint32_t s0, s1;  // e4m3 scale bytes of its two blocks
-  };
-  auto load_b = [&](int f, BChunk &b) {
-    const int j = f / chunks, c = f % chunks;
-    b.v = *reinterpret_cast<const uint4 *>(b_batch + j * p.b.row_stride + 16 * c);
-    b.s0 = sfb_batch[nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 2 * c)];
-    b.s1 = sfb_batch[nvfp4_sf_offset(p.b.sf_layout, p.b.sf_row_stride, k_blocks, j, 2 * c + 1)];
-  };
+  auto load_b = [&](int f, BChunk &b) { b = load_b_chunk(p.b, b_batch, sfb_batch, k_blocks, f / chunks, f % chunks); };
   constexpr int BATCH = 4;
   BChunk batch[BATCH];
 #pragma unroll
@@ -635,8 +630,8 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
       nvfp4_e2m1x8_to_s8x8(b.v.w, hi.z, hi.w);
       uint4 *dst = reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 32 * c);
       dst[0] = lo, dst[1] = hi;
-      sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float((uint8_t)b.s0);
-      sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float((uint8_t)b.s1);
+      sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s0);
+      sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s1);
     };
     for (int f0 = tid;; f0 += BATCH * THREADS) {
 #pragma unroll
