@@ -49,14 +49,15 @@ def main():
                              [b.sf for _, b in group])
         for (a, b), out in zip(group, outs):
             bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
-    # M or N <= 4: the GEMV kernel with 3 vectors (roles swapped, 8 lanes per row) and with 2 (4 lanes);
-    # the dual of M = 3, 2 and 1: the GEMV's dual (B1 and B2 rows in one warp), 8, 4 and 8 lanes per row (M = 1:
-    # each row split along K over 2 warps)
-    for m, n, k in [(3, 300, 512), (129, 2, 128)]:
+    # M or N <= 4: the GEMV kernel with 3 vectors (roles swapped, 8 lanes per row; K % 128 == 64: 2) and with
+    # 2 (4 lanes); the dual of M = 3, 2 and 1: the GEMV's dual (B1 and B2 rows in one warp), 2, 2 and 8 lanes
+    # per row (M = 1: each row split along K over 2 warps); 3 x 100 x 8192 and the dual 2 x 16 x 7168 on the
+    # integer-mma kernel (csrc/cuda/gemv.cu, takes_mma: 64 and 56 steps for a CTA's 16 warps)
+    for m, n, k in [(3, 300, 512), (3, 300, 576), (129, 2, 128), (3, 100, 8192)]:
         a = random_operand(2, m, k, gen=gen, device=dev, layout="blocked")
         b = random_operand(2, n, k, gen=gen, device=dev, layout="linear")
         bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-    for m, n, k in [(3, 300, 512), (2, 129, 128), (1, 300, 2048)]:
+    for m, n, k in [(3, 300, 576), (2, 129, 192), (1, 300, 2048), (2, 16, 7168)]:
         a = random_operand(2, m, k, gen=gen, device=dev, layout="linear")
         b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
         bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),

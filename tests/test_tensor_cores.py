@@ -211,22 +211,31 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
 
 
-def mma_long_shares(op, n, k, L):
-    """Whether the integer-mma kernel copies two steps per item by its rule (csrc/cuda/gemv.cu,
-    mma_long_shares): K % 256 == 0 and, with a CTA per SM, each of a CTA's 16 warps gets at least
-    12 steps of 128 K (sets of 8 weight rows for the dual, 16 for the gemm)."""
-    if k % 256 or k > 16384:  # (past 16384 its shared memory may not fit; no test goes there)
-        return False
+def mma_share_steps(op, n, k, L):
+    """The steps of 128 K of the busiest CTA on the integer-mma kernel, a CTA per SM, which its 16
+    warps share (csrc/cuda/gemv.cu, mma_share_steps; sets of 8 weight rows for the dual, 16 for
+    the gemm)."""
     sets = -(-n // (8 if op == "dual" else 16))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ctas = max(1, min(sms // max(L or 1, 1), sets))
-    return -(-sets // ctas) * (k // 128) >= 12 * 16
+    return -(-sets // ctas) * (k // 128)
 
 
-def mma_expected(op, m, n, k):
+def mma_long_shares(op, n, k, L):
+    """Whether the integer-mma kernel copies two steps per item by its rule (csrc/cuda/gemv.cu,
+    mma_long_shares): K % 256 == 0 and at least 12 steps a warp."""
+    if k % 256 or k > 16384:  # (past 16384 its shared memory may not fit; no test goes there)
+        return False
+    return mma_share_steps(op, n, k, L) >= 12 * 16
+
+
+def mma_expected(op, m, n, k, L=None):
     """Whether a gemm (or dual) of M <= 4 runs the GEMV's integer-mma kernel (csrc/cuda/gemv.cu,
-    takes_mma: four vectors, K % 128 == 0) unless this process's NVFP4_GEMV_MMA=0."""
-    return os.environ.get("NVFP4_GEMV_MMA") != "0" and m == 4 and k % 128 == 0
+    takes_mma: K % 128 == 0 and four vectors, or two or three where the warps get 3.5 to 12 steps
+    each) unless this process's NVFP4_GEMV_MMA=0."""
+    if os.environ.get("NVFP4_GEMV_MMA") == "0" or k % 128 or m not in (2, 3, 4):
+        return False
+    return m == 4 or 56 <= mma_share_steps(op, n, k, L) < 12 * 16
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -234,18 +243,23 @@ def mma_expected(op, m, n, k):
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
 @pytest.mark.parametrize("m,n,k,L", [(4, 4096, 1024, None), (4, 4100, 1152, 2), (4, 5000, 512, None), (4, 37, 128, 3),
                                      (3, 300, 1024, None), (4, 200, 1088, None), (4, 4096, 128, None),
-                                     (4, 4000, 384, 8), (4, 30000, 256, None), (4, 8200, 8192, None)])
-def test_four_vectors_on_mma(gen, op, layout, m, n, k, L):
-    """Four activation rows: the GEMV's integer-mma kernel where K % 128 == 0, else the dp4a
-    loop; either way the exact result, every output written. The shapes give the mma kernel rows
-    split over 2 to 8 warps, whole rows per warp, several sets a warp, batches and a last set past
-    N."""
+                                     (4, 4000, 384, 8), (4, 30000, 256, None), (4, 8200, 8192, None),
+                                     (2, 4100, 1152, 2), (3, 37, 128, 3), (2, 5000, 512, None), (3, 4000, 384, 8),
+                                     (2, 30000, 256, None), (3, 8200, 8192, None), (2, 200, 1088, None),
+                                     (3, 4096, 2048, None), (1, 4096, 1024, None), (2, 2048, 7168, None),
+                                     (3, 1000, 8192, None), (2, 1000, 8192, 2)])
+def test_vectors_on_mma(gen, op, layout, m, n, k, L):
+    """Two to four activation rows: the GEMV's integer-mma kernel where K % 128 == 0 (two or
+    three where the warps get 3.5 to 12 steps each), else the dp4a loop; either way the exact
+    result, every output written. The shapes give the mma kernel rows split over 2 to 8 warps,
+    whole rows per warp, several sets a warp, batches, a last set past N and an odd vector count;
+    some take the dp4a loop (short or long shares, K % 128 == 64, one row)."""
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
     call, ref = gemm_or_dual(op, a, b1, b2, out)
     _, names = launched(call)
-    assert any("gemv_kernel_mma" in x for x in names) == mma_expected(op, m, n, k), names
+    assert any("gemv_kernel_mma" in x for x in names) == mma_expected(op, m, n, k, L), names
     assert any("gemv_kernel" in x for x in names), names
     assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
 

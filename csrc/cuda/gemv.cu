@@ -39,7 +39,8 @@
  *
  * Several vectors (NV = N = 2..4; a gemm of M <= 4 rows with the roles
  * swapped, csrc/cuda/dispatch.cu); 4 of them on integer mma wherever it
- * fits (gemv_kernel_mma below). The floor is the same bytes of A; the
+ * fits, 2 or 3 where the warps' shares are neither short nor long
+ * (gemv_kernel_mma below, takes_mma). The floor is the same bytes of A; the
  * vectors' arithmetic grows with NV. Each A chunk is decoded once to int8
  * (nvfp4_e2m1x8_to_s8x8, 11 instructions per 8 codes, tables from shared
  * memory) and dotted with each vector: 8 dp4a, 2 subtractions, 2 scale
@@ -150,6 +151,16 @@ struct RowSets {
   }
 };
 
+/* The vector of chunk f = j * chunks + c of NV vectors: j = f / chunks, by NV - 1
+ * compares rather than an integer division (~25 instructions). */
+template <int NV>
+__device__ __forceinline__ int vector_of(int f, int chunks) {
+  int j = 0;
+#pragma unroll
+  for (int v = 1; v < NV; v++) j += f >= v * chunks ? 1 : 0;
+  return j;
+}
+
 /* Chunk c (codes 32c..32c+31) of vector j of the batch's b: its 16 bytes and
  * the e4m3 bytes of its two scale blocks (both kernels load their vectors so). */
 struct BChunk {
@@ -162,6 +173,47 @@ __device__ __forceinline__ BChunk load_b_chunk(const nvfp4_operand &b, const uin
   return BChunk{*reinterpret_cast<const uint4 *>(b_batch + j * b.row_stride + 16 * c),
                 sf[nvfp4_sf_offset(b.sf_layout, 0, k_blocks, 0, 2 * c)], sf[nvfp4_sf_offset(b.sf_layout, 0, k_blocks, 0, 2 * c + 1)]};
 }
+
+/* A thread's chunks of the vectors (f = tid, tid + THREADS, ... < total; the
+ * chunks of all vectors numbered f = j * chunks + c) in batches of BATCH,
+ * every load of a batch issued before the first use of any: first() loads
+ * the first batch (call it before the ring's copies are issued, so that these
+ * loads do not queue behind them), rest() calls store(f, chunk) for every
+ * chunk, loading each later batch when the one before is stored. One
+ * chunk's loads, decode and stores after another cost ~4 us at K = 16384 in
+ * the MMA kernel, each a round trip behind the ring's copies (PERF.md,
+ * session 34). The later batches have one store in the code: the chunk
+ * stored is always b[0], the others move down. */
+template <int BATCH, int THREADS>
+struct VectorBatches {
+  BChunk b[BATCH] = {};
+  template <class Load>
+  __device__ __forceinline__ void first(int tid, int total, Load &&load) {
+#pragma unroll
+    for (int i = 0; i < BATCH; i++)
+      if (tid + i * THREADS < total) b[i] = load(tid + i * THREADS);
+  }
+  template <class Load, class Store>
+  __device__ __forceinline__ void rest(int tid, int total, Load &&load, Store &&store) {
+#pragma unroll
+    for (int i = 0; i < BATCH; i++)
+      if (tid + i * THREADS < total) store(tid + i * THREADS, b[i]);
+    int left = 0;  // chunks of the current batch not yet stored
+#pragma unroll 1
+    for (int f = tid + BATCH * THREADS; f < total; f += THREADS) {
+      if (left == 0) {
+#pragma unroll
+        for (int i = 0; i < BATCH; i++)
+          if (f + i * THREADS < total) b[i] = load(f + i * THREADS);
+        left = BATCH;
+      }
+      store(f, b[0]);
+#pragma unroll
+      for (int i = 0; i + 1 < BATCH; i++) b[i] = b[i + 1];
+      left--;
+    }
+  }
+};
 
 /* item(i, stage) for i < items in order, stage = i % STAGES, unrolled by
  * STAGES so that every ring offset is a constant; then this thread's copies
@@ -301,7 +353,9 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   // issued, so that they do not queue behind them: every warp waits for the
   // whole vector (H200 trace, 4096 x 7168 L8: the vector was decoded 3.8 us
   // after entry, median, and up to 8.7 us, against 1.1 us for the copies'
-  // issue; 2.1 us with the loads first).
+  // issue; 2.1 us with the loads first). (Not VectorBatches: on this kernel
+  // batches of 4 measured 1.7% faster at 3 x 7168 x 16384 but 3.5% slower at
+  // 2 x 7168 x 16384, and even batches of 2 up to 5% slower; PERF.md, session 35.)
   // Chunks of all NV vectors are numbered f = j * chunks + c (vector j, chunk c).
   const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
   const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
@@ -494,11 +548,13 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
  * Per 64 codes of a lane (NV <= 2): ~56 decode + 8 mma + 4 loads of B + 24
  * scaling + copies and loop ~25, ~1.8 instructions per code (the dp4a loop:
  * ~4.7 at NV = 1, ~9.4 at NV = 4).
- * Measured (H100, PERF.md sessions 31-33): with 4 vectors faster than the
- * dp4a loop on most shapes, so only that build is launched (takes_mma); with
- * 1 to 3 vectors slower (one step per item: its stream reached ~0.6 of SOL
- * at one vector against dp4a's 0.86, though its loop is ~110 instructions
- * per 64 codes of a lane; more ring stages did not help).
+ * Measured (H100, PERF.md sessions 31-35): with 4 vectors faster than the
+ * dp4a loop on most shapes, so launched for all of them (takes_mma); with 2
+ * or 3 vectors faster only where the warps' shares are 3.5 to 12 steps (the
+ * dp4a loop of so few vectors is not issue-bound by as much); with one
+ * vector slower (its stream reached ~0.6 of SOL against dp4a's 0.86, though
+ * its loop is ~110 instructions per 64 codes of a lane; more ring stages did
+ * not help): not built.
  * CPL = 2 (warp shares of at least 12 steps, mma_long_shares): an item is
  * two steps, a lane's four chunk copies back to back, so each row's 128-byte
  * line is asked for at once rather than in halves one item apart: up to 18%
@@ -600,20 +656,17 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
     }
   };
 
-  // The vectors: a thread's chunks (and their two scale bytes) in batches of
-  // BATCH, every load of a batch issued before its first use, the first batch
-  // before the ring's copies. One chunk's loads, decode and stores after
-  // another cost ~4 us at K = 16384 (each a round trip behind the ring's
-  // copies; PERF.md session 34).
+  // The vectors: a thread's chunks in batches (VectorBatches), the first
+  // before the ring's copies.
   const int chunks = (int)(p.k / 32);
   const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
   const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
-  auto load_b = [&](int f, BChunk &b) { b = load_b_chunk(p.b, b_batch, sfb_batch, k_blocks, f / chunks, f % chunks); };
-  constexpr int BATCH = 4;
-  BChunk batch[BATCH];
-#pragma unroll
-  for (int i = 0; i < BATCH; i++)
-    if (tid + i * THREADS < NV * chunks) load_b(tid + i * THREADS, batch[i]);
+  auto load_b = [&](int f) {
+    const int j = vector_of<NV>(f, chunks);
+    return load_b_chunk(p.b, b_batch, sfb_batch, k_blocks, j, f - j * chunks);
+  };
+  VectorBatches<4, THREADS> vectors;
+  vectors.first(tid, NV * chunks, load_b);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < items) issue(s);
@@ -622,7 +675,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
   {  // the vectors into shared memory, while the first stages are in flight
     float *sbw = reinterpret_cast<float *>(smem + plan.sb);
     auto store_b = [&](int f, const BChunk &b) {
-      const int j = f / chunks, c = f % chunks;
+      const int j = vector_of<NV>(f, chunks), c = f - j * chunks;
       uint4 lo, hi;  // int8 2b of codes 0..15 and 16..31 of the chunk, in order
       nvfp4_e2m1x8_to_s8x8(b.v.x, lo.x, lo.y);
       nvfp4_e2m1x8_to_s8x8(b.v.y, lo.z, lo.w);
@@ -633,15 +686,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
       sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s0);
       sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s1);
     };
-    for (int f0 = tid;; f0 += BATCH * THREADS) {
-#pragma unroll
-      for (int i = 0; i < BATCH; i++)
-        if (f0 + i * THREADS < NV * chunks) store_b(f0 + i * THREADS, batch[i]);
-      if (f0 + BATCH * THREADS >= NV * chunks) break;
-#pragma unroll
-      for (int i = 0; i < BATCH; i++)
-        if (f0 + (BATCH + i) * THREADS < NV * chunks) load_b(f0 + (BATCH + i) * THREADS, batch[i]);
-    }
+    vectors.rest(tid, NV * chunks, load_b, store_b);
     if (NV % 2)  // the odd vector count's last column: scales 0 (its B reads the zero block)
       for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + NV] = sbw[c * 4 * U + 2 * U + NV] = 0.f;
     if (tid < 8) reinterpret_cast<uint32_t *>(smem + plan.zero)[tid] = 0u;
@@ -1025,9 +1070,10 @@ inline int gemv_mma_env() {
 }
 
 /* Whether the MMA kernel can take p (the common checks passed). Only its
- * 4-vector build is launched (the rule below); the kernel takes 1 to 8. */
+ * builds of 2 to 4 vectors are launched (the rule below); the kernel takes 1
+ * to 8. */
 bool gemv_mma_fits(const nvfp4_matmul &p) {
-  return p.n == 4 && p.k % 128 == 0 && MmaSmem<4, 1>(p.k).total <= device_info().smem_optin;
+  return p.n >= 2 && p.n <= 4 && p.k % 128 == 0 && MmaSmem<4, 1>(p.k).total <= device_info().smem_optin;
 }
 
 /* Whether the dp4a kernel can take p (the common checks passed). */
@@ -1054,10 +1100,19 @@ bool mma_cpl2_fits(const nvfp4_matmul &p) {
   return p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin;
 }
 
+/* The steps (128 K of a row set) of the busiest CTA of p on the MMA kernel,
+ * a CTA per SM, which its 16 warps share. */
+int64_t mma_share_steps(const nvfp4_matmul &p) {
+  const int64_t sets = p.b2.data ? Mma<NVFP4_SF_LINEAR, 4, true, 1>::sets(p.m) : Mma<NVFP4_SF_LINEAR, 4, false, 1>::sets(p.m);
+  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(device_info().sms / std::max<int64_t>(p.batch, 1), sets));
+  return (sets + ctas - 1) / ctas * (p.k / 128);
+}
+constexpr int MMA_LONG_SHARE = 12 * MmaCfg<4, 1>::WARPS;  // steps: 12 a warp
+
 /* Whether the MMA kernel copies two steps per item for p (gemv_mma_fits(p);
  * CPL = 2: each row's copies cover whole 128-byte lines, a 3-deep ring): where
- * the warps' shares are long, a CTA per SM with its row sets' steps over 16
- * warps making at least 12 steps each. Measured on an H100, bench_gemm, us,
+ * the warps' shares are long (at least MMA_LONG_SHARE) and the build fits.
+ * Measured on an H100, bench_gemm, us,
  * CPL 1 -> 2 (PERF.md sessions 32-33), by the warps' steps: 28-56 steps the
  * gemm 8-15% and the dual 10-18% faster (gemm 4 x 7168 x 16384 40.4 -> 37.0,
  * 4 x 14336 x 16384 73.6 -> 62.5; dual 4 x 7168 x 16384 74.2 -> 61.3), 14-24
@@ -1065,15 +1120,13 @@ bool mma_cpl2_fits(const nvfp4_matmul &p) {
  * 20.8; dual 4 x 6144 x 7168 30.4 -> 27.5), 12 steps 1-3% (gemm 4 x 5120 x
  * 8192 19.3 -> 18.8), 10 steps within 1%, 2-8 steps 0-10% slower (gemm 4 x
  * 4096 x 8192 15.4 -> 16.0, 4 x 4096 x 2048 9.1 -> 10.0). */
-bool mma_long_shares(const nvfp4_matmul &p) {
-  if (!mma_cpl2_fits(p)) return false;
-  const int64_t sets = p.b2.data ? Mma<NVFP4_SF_LINEAR, 4, true, 1>::sets(p.m) : Mma<NVFP4_SF_LINEAR, 4, false, 1>::sets(p.m);
-  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(device_info().sms / std::max<int64_t>(p.batch, 1), sets));
-  return (sets + ctas - 1) / ctas * (p.k / 128) >= 12 * MmaCfg<4, 1>::WARPS;
-}
+bool mma_long_shares(const nvfp4_matmul &p) { return mma_cpl2_fits(p) && mma_share_steps(p) >= MMA_LONG_SHARE; }
 
-/* Steps per item: the rule above, or NVFP4_GEMV_MMA_CPL where it fits. */
+/* Steps per item: the rule above, or NVFP4_GEMV_MMA_CPL where it fits; 4
+ * vectors only (takes_mma gives the kernel 2 or 3 only where the shares are
+ * short). */
 int mma_cpl(const nvfp4_matmul &p) {
+  if (p.n != 4) return 1;
   const int env = gemv_mma_cpl_env();
   if (env == 2 && mma_cpl2_fits(p)) return 2;
   return env == 0 && mma_long_shares(p) ? 2 : 1;
@@ -1085,17 +1138,38 @@ int mma_cpl(const nvfp4_matmul &p) {
  * 4 x 6144 x 7168 33.0 -> 27.1); the gemm 2-18% faster on 16 shapes (4 x
  * 4096 x 7168 16.4 -> 15.4, 4 x 28672 x 4096 37.4 -> 33.9), within 1% on 3,
  * 2-3% slower on 3 whose warps make 2-4 steps (4 x 7168 x 2048 11.0 ->
- * 11.3). With 1 to 3 vectors it was slower on 13 of 15 shapes (session 31,
- * one step per item: its loop streamed at ~0.6 of SOL where dp4a's
- * one-vector loop reaches 0.86): not built. */
-bool takes_mma(const nvfp4_matmul &p) { return gemv_mma_env() != 0 && gemv_mma_fits(p); }
+ * 11.3). 2 and 3 vectors where the warps' shares are 3.5 to 12 steps (one
+ * step per item): H100, bench_gemm, us, dp4a -> MMA (PERF.md session 35, 46
+ * shapes): there the dual 5-18% faster on all 12 (2 x 2048 x 7168 13.9 ->
+ * 12.8, 3 x 1536 x 8192 15.5 -> 12.9), the gemm 2-14% faster on 9 of 11 (3
+ * x 4096 x 7168 14.4 -> 13.3, 3 x 2560 x 8192 15.5 -> 13.3), alike on 2; with
+ * shorter shares the gemm 0.5-4% slower (3 x 8192 x 1024 8.2 -> 8.5), with
+ * long ones up to 8% (2 x 14336 x 4096 18.7 -> 20.1; the dp4a loop of so
+ * few vectors is less issue-bound than of 4). One vector: not built
+ * (session 31: its loop streamed at ~0.6 of SOL where dp4a's reaches 0.86). */
+bool takes_mma(const nvfp4_matmul &p) {
+  if (gemv_mma_env() == 0 || !gemv_mma_fits(p)) return false;
+  if (p.n == 4) return true;
+  const int64_t steps = mma_share_steps(p);
+  return 2 * steps >= 7 * MmaCfg<4, 1>::WARPS && steps < MMA_LONG_SHARE;
+}
 
+template <int SFA, int NV, int CPL>
+cudaError_t launch_mma_build(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  return p.b2.data ? launch<Mma<SFA, NV, true, CPL>>(p, c_vec_stride, stream)
+                   : launch<Mma<SFA, NV, false, CPL>>(p, c_vec_stride, stream);
+}
+
+/* 4 vectors one or two steps per item (mma_cpl); 2 and 3 one. */
 template <int SFA>
 cudaError_t launch_mma(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  const bool two = mma_cpl(p) == 2;
-  if (p.b2.data)
-    return two ? launch<Mma<SFA, 4, true, 2>>(p, c_vec_stride, stream) : launch<Mma<SFA, 4, true, 1>>(p, c_vec_stride, stream);
-  return two ? launch<Mma<SFA, 4, false, 2>>(p, c_vec_stride, stream) : launch<Mma<SFA, 4, false, 1>>(p, c_vec_stride, stream);
+  switch (p.n) {
+    case 2: return launch_mma_build<SFA, 2, 1>(p, c_vec_stride, stream);
+    case 3: return launch_mma_build<SFA, 3, 1>(p, c_vec_stride, stream);
+    default:
+      return mma_cpl(p) == 2 ? launch_mma_build<SFA, 4, 2>(p, c_vec_stride, stream)
+                             : launch_mma_build<SFA, 4, 1>(p, c_vec_stride, stream);
+  }
 }
 
 template <int SFA>
