@@ -152,7 +152,9 @@ struct RowSets {
 };
 
 /* The vector of chunk f = j * chunks + c of NV vectors: j = f / chunks, by NV - 1
- * compares rather than an integer division (~25 instructions). */
+ * compares rather than an integer division (~25 instructions). (The dp4a
+ * kernel's prologue still divides: it is kept instruction for instruction as
+ * measured, PERF.md session 35.) */
 template <int NV>
 __device__ __forceinline__ int vector_of(int f, int chunks) {
   int j = 0;
