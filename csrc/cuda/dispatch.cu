@@ -6,9 +6,9 @@
  *   M = 5..16 (Hopper: K >= 8192, and L N K >= 2^26 for M > 8),
  *   K % 256 == 0, not dual             -> skinny.cu (mma.sync, sm_80+)
  *   M <= 4, aligned (dual too)         -> gemv.cu with the roles swapped
- *                                         (M = 4, and M = 2, 3 with short
- *                                         shares, K % 128 == 0: on integer
- *                                         mma, takes_mma)
+ *                                         (K % 128 == 0: M = 4, and M = 2, 3
+ *                                         at 3.5 to 12 steps a warp, on
+ *                                         integer mma, takes_mma)
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)
  *   everything else                    -> matmul_simt.cu (portable, any layout)

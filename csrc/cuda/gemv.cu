@@ -1071,9 +1071,9 @@ inline int gemv_mma_env() {
   return v;
 }
 
-/* Whether the MMA kernel can take p (the common checks passed). Only its
- * builds of 2 to 4 vectors are launched (the rule below); the kernel takes 1
- * to 8. */
+/* Whether the MMA kernel can take p (the common checks passed; shared memory
+ * by the 4-vector plan, the largest). Only its builds of 2 to 4 vectors are
+ * launched (the rule below); the kernel takes 1 to 8. */
 bool gemv_mma_fits(const nvfp4_matmul &p) {
   return p.n >= 2 && p.n <= 4 && p.k % 128 == 0 && MmaSmem<4, 1>(p.k).total <= device_info().smem_optin;
 }
@@ -1109,13 +1109,14 @@ int64_t mma_share_steps(const nvfp4_matmul &p) {
   const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(device_info().sms / std::max<int64_t>(p.batch, 1), sets));
   return (sets + ctas - 1) / ctas * (p.k / 128);
 }
-constexpr int MMA_LONG_SHARE = 12 * MmaCfg<4, 1>::WARPS;  // steps: 12 a warp
+constexpr int MMA_LONG_SHARE = 12 * MmaCfg<4, 1>::WARPS;     // steps: 12 a warp
+constexpr int MMA_MID_SHARE = 7 * MmaCfg<4, 1>::WARPS / 2;  // steps: 3.5 a warp
 
 /* Whether the MMA kernel copies two steps per item for p (gemv_mma_fits(p);
  * CPL = 2: each row's copies cover whole 128-byte lines, a 3-deep ring): where
  * the warps' shares are long (at least MMA_LONG_SHARE) and the build fits.
- * Measured on an H100, bench_gemm, us,
- * CPL 1 -> 2 (PERF.md sessions 32-33), by the warps' steps: 28-56 steps the
+ * Measured on an H100, bench_gemm, us, CPL 1 -> 2 (PERF.md sessions 32-33),
+ * by the warps' steps: 28-56 steps the
  * gemm 8-15% and the dual 10-18% faster (gemm 4 x 7168 x 16384 40.4 -> 37.0,
  * 4 x 14336 x 16384 73.6 -> 62.5; dual 4 x 7168 x 16384 74.2 -> 61.3), 14-24
  * steps the gemm 0-6% and the dual 2-12% (gemm 4 x 14336 x 4096 22.2 ->
@@ -1125,8 +1126,7 @@ constexpr int MMA_LONG_SHARE = 12 * MmaCfg<4, 1>::WARPS;  // steps: 12 a warp
 bool mma_long_shares(const nvfp4_matmul &p) { return mma_cpl2_fits(p) && mma_share_steps(p) >= MMA_LONG_SHARE; }
 
 /* Steps per item: the rule above, or NVFP4_GEMV_MMA_CPL where it fits; 4
- * vectors only (takes_mma gives the kernel 2 or 3 only where the shares are
- * short). */
+ * vectors only (takes_mma gives the kernel 2 or 3 only below MMA_LONG_SHARE). */
 int mma_cpl(const nvfp4_matmul &p) {
   if (p.n != 4) return 1;
   const int env = gemv_mma_cpl_env();
@@ -1153,7 +1153,7 @@ bool takes_mma(const nvfp4_matmul &p) {
   if (gemv_mma_env() == 0 || !gemv_mma_fits(p)) return false;
   if (p.n == 4) return true;
   const int64_t steps = mma_share_steps(p);
-  return 2 * steps >= 7 * MmaCfg<4, 1>::WARPS && steps < MMA_LONG_SHARE;
+  return steps >= MMA_MID_SHARE && steps < MMA_LONG_SHARE;
 }
 
 template <int SFA, int NV, int CPL>
