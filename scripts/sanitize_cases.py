@@ -75,6 +75,19 @@ def main():
         else:
             bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                              reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+    # M = 5..8: the integer-mma kernel of 5 to 8 vectors (csrc/cuda/gemv.cu, takes_mma): the gemm 6 x 200 x 1024
+    # (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in batches of 2,
+    # the dual 8 x 64 x 7168 in 66 batches (two CTAs per batch); and the gemm 300 x 8 x 1024, a GEMV of B's 8
+    # rows as given
+    for op, L, m, n, k in [("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
+                           ("dual", 66, 8, 64, 7168), ("gemm", None, 300, 8, 1024)]:
+        a = random_operand(L, m, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
+        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
+        if op == "gemm":
+            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+        else:
+            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
     # Stream-K (csrc/cuda/matmul_sm90.cu): 72 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
     # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs in ranges of equal cost (unequal
     # steps) that hand partials over through the workspace

@@ -53,15 +53,47 @@ def launched(fn):
 
 def skinny_expected(m, n, k, batch=1):
     """Whether a gemm of M rows, N and K (aligned operands, N > 4) runs the skinny kernel
-    (csrc/cuda/skinny.cu, skinny_supported) on this GPU under this process's NVFP4_SKINNY."""
+    (csrc/cuda/skinny.cu, skinny_supported; on Hopper, unless NVFP4_SKINNY is set, only where the
+    integer-mma GEMV does not take M <= 8 rows first: csrc/cuda/dispatch.cu) on this GPU."""
     env = os.environ.get("NVFP4_SKINNY")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0) or env == "0" or k % 256:
         return False
     if env is not None:
         return 2 <= m <= 16
     if torch.cuda.get_device_capability() == (9, 0):
+        if m <= 8 and mma_rule("gemm", m, n, k, batch):  # the integer-mma GEMV goes first there
+            return False
         return 5 <= m <= 16 and k >= 8192 and (m <= 8 or batch * n * k >= 2**26)
     return 5 <= m <= 16
+
+
+def mma_share_steps(op, n, k, L):
+    """The steps of 128 K of the busiest CTA on the integer-mma GEMV, a CTA per SM, which its 16
+    warps share (csrc/cuda/gemv.cu, mma_share_steps; sets of 8 weight rows for the dual, 16 for
+    the gemm)."""
+    sets = -(-n // (8 if op == "dual" else 16))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ctas = max(1, min(sms // max(L or 1, 1), sets))
+    return -(-sets // ctas) * (k // 128)
+
+
+def mma_rule(op, m, n, k, L=None):
+    """Whether the GEMV's integer-mma kernel takes M = m vectors against n rows of K = k (csrc/cuda/
+    gemv.cu, takes_mma; aligned operands) unless this process's NVFP4_GEMV_MMA=0; =2: wherever it
+    fits (the tests' K <= 16384 does). K % 128 == 0, and by the busiest CTA's steps: 4 vectors
+    always; 2 or 3 at 56 to 191 steps; 5 or 6 below 448 (the dual: always), 7 or 8 below 160 (the
+    dual: 256)."""
+    env = os.environ.get("NVFP4_GEMV_MMA")
+    if not torch.cuda.is_available() or env == "0" or k % 128 or not 2 <= m <= 8 or (m > 4 and k > 16384):
+        return False
+    if env == "2" or m == 4:
+        return True
+    steps = mma_share_steps(op, n, k, L)
+    if m > 4:
+        if op == "dual":
+            return m <= 6 or steps < 16 * 16
+        return steps < (28 * 16 if m <= 6 else 10 * 16)
+    return 56 <= steps < 12 * 16
 
 
 def captured_graph(fn):

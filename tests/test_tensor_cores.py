@@ -16,7 +16,8 @@ import torch
 import nvfp4_kernels as nk
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import gemm_problem, gemv_problem, launched, layouts_for, poisoned, ref_gemm, ref_gemv, skinny_expected
+from helpers import (gemm_problem, gemv_problem, launched, layouts_for, mma_rule, mma_share_steps, poisoned, ref_gemm,
+                     ref_gemv, skinny_expected)
 from nvfp4_kernels import reference
 
 IS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -80,8 +81,9 @@ def test_gemm(device, gen, L, m, n, k):
     lay = layouts_for(m, n, k)
     a, b = gemm_problem(L, m, n, k, gen, device, lay)
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    # M <= 4 runs as a GEMV with the roles swapped, some small M on mma.sync (csrc/cuda/dispatch.cu)
-    kernel = "skinny_kernel" if skinny_expected(m, n, k, L or 1) else "gemv_kernel" if m <= 4 else "matmul_sm90_kernel"
+    # M <= 4 (some M <= 8) runs as a GEMV with the roles swapped, some small M on mma.sync (csrc/cuda/dispatch.cu)
+    kernel = ("skinny_kernel" if skinny_expected(m, n, k, L or 1) else
+              "gemv_kernel" if m <= 4 or mma_expected("gemm", m, n, k, L) else "matmul_sm90_kernel")
     run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out), kernel)
     assert_matches(out, ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 
@@ -92,9 +94,9 @@ def test_dual_gemm(device, gen, L, m, n, k):
     a, b1 = gemm_problem(L, m, n, k, gen, device, lay)
     b2 = random_operand(L, n, k, gen=gen, device=device, layout=lay[1])
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    # M <= 4 runs as a GEMV with the roles swapped, B1 and B2 together (csrc/cuda/gemv.cu, DUAL)
+    # M <= 4 (some M <= 8) runs as a GEMV with the roles swapped, B1 and B2 together (csrc/cuda/gemv.cu, DUAL)
     run(device, lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out),
-        "gemv_kernel" if m <= 4 else "matmul_sm90_kernel")
+        "gemv_kernel" if m <= 4 or mma_expected("dual", m, n, k, L) else "matmul_sm90_kernel")
     ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
     assert_matches(out, ref, f"dual_gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 
@@ -202,23 +204,17 @@ def test_padding_rows_are_not_read(gen, op, sizes):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("m,n,gemv", [(2, 300, True), (3, 129, True), (4, 1024, True), (200, 4, True), (5, 300, False)])
+@pytest.mark.parametrize("m,n,gemv", [(2, 300, True), (3, 129, True), (4, 1024, True), (200, 4, True), (5, 300, None),
+                                      (300, 8, None), (9, 300, False)])
 def test_few_rows_take_the_gemv(gen, m, n, gemv):
-    """A gemm with M or N of 4 at most streams the other operand through the GEMV kernel."""
+    """A gemm with M or N of 4 at most streams the other operand through the GEMV kernel; of 5 to
+    8 where the integer-mma kernel's rule takes it (None: mma_expected), of 9 never."""
+    if gemv is None:
+        gemv = mma_expected("gemm", m, n, 1024) if m <= 8 else mma_expected("gemm", n, m, 1024, swapped=False)
     a, b = gemm_problem(None, m, n, 1024, gen, "cuda", ("blocked", "linear"))
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
     assert any("gemv_kernel" in n for n in names) == gemv, names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
-
-
-def mma_share_steps(op, n, k, L):
-    """The steps of 128 K of the busiest CTA on the integer-mma kernel, a CTA per SM, which its 16
-    warps share (csrc/cuda/gemv.cu, mma_share_steps; sets of 8 weight rows for the dual, 16 for
-    the gemm)."""
-    sets = -(-n // (8 if op == "dual" else 16))
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ctas = max(1, min(sms // max(L or 1, 1), sets))
-    return -(-sets // ctas) * (k // 128)
 
 
 def mma_long_shares(op, n, k, L):
@@ -229,13 +225,13 @@ def mma_long_shares(op, n, k, L):
     return mma_share_steps(op, n, k, L) >= 12 * 16
 
 
-def mma_expected(op, m, n, k, L=None):
-    """Whether a gemm (or dual) of M <= 4 runs the GEMV's integer-mma kernel (csrc/cuda/gemv.cu,
-    takes_mma: K % 128 == 0 and four vectors, or two or three where the warps get 3.5 to 12 steps
-    each) unless this process's NVFP4_GEMV_MMA=0."""
-    if os.environ.get("NVFP4_GEMV_MMA") == "0" or k % 128 or m not in (2, 3, 4):
+def mma_expected(op, m, n, k, L=None, swapped=True):
+    """Whether a gemm (or dual) of M <= 8 activation rows runs the GEMV's integer-mma kernel
+    (swapped=False: a gemm of N <= 8 weight rows, M streamed): its rule (helpers.mma_rule), unless
+    the skinny kernel takes the gemm first (csrc/cuda/dispatch.cu; helpers.skinny_expected)."""
+    if swapped and op == "gemm" and skinny_expected(m, n, k, L or 1):
         return False
-    return m == 4 or 56 <= mma_share_steps(op, n, k, L) < 12 * 16
+    return mma_rule(op, m, n, k, L)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -262,6 +258,45 @@ def test_vectors_on_mma(gen, op, layout, m, n, k, L):
     assert any("gemv_kernel_mma" in x for x in names) == mma_expected(op, m, n, k, L), names
     assert any("gemv_kernel" in x for x in names), names
     assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("op", ["gemm", "dual"])
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("m,n,k,L", [(8, 4096, 1024, None), (5, 4100, 1152, 2), (6, 37, 128, 3), (7, 300, 1024, None),
+                                     (8, 8200, 8192, None), (8, 30000, 256, None), (6, 4000, 384, 8),
+                                     (8, 200, 1088, None), (7, 2048, 7168, None), (5, 1000, 8192, 2),
+                                     (8, 7168, 16384, None), (6, 24, 16384, 264), (8, 4096, 7168, None)])
+def test_eight_vectors_on_mma(gen, op, layout, m, n, k, L):
+    """Five to eight activation rows on the GEMV's integer-mma kernel where its rule takes them
+    (mma_expected), else the skinny or tensor-core kernel; either way the exact result, every
+    output written. Odd vector counts, batches, a last set past N, rows split over warps, shares
+    on both sides of the rule, K % 128 == 64, shapes the skinny kernel takes."""
+    a, b1 = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
+    b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
+    out = poisoned(((L,) if L else ()) + (m, n), "cuda")
+    call, ref = gemm_or_dual(op, a, b1, b2, out)
+    _, names = launched(call)
+    dual = "true" if op == "dual" else "false"
+    on_mma = any(re.search(rf"gemv_kernel_mma<\d+, {m}, {dual}, ", x) for x in names)
+    assert on_mma == mma_expected(op, m, n, k, L), names
+    assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("m,n,k,L", [(1000, 8, 7168, None), (4096, 5, 2048, None), (300, 7, 1024, 3),
+                                     (20000, 6, 256, None), (500, 8, 1088, None)])
+def test_few_weight_rows_on_mma(gen, layout, m, n, k, L):
+    """A gemm of 5 to 8 weight rows (a router's) is a GEMV of that many vectors as given, the M
+    activation rows streamed: the integer-mma kernel where its rule takes it, else the tensor-core
+    kernel; the exact result either way."""
+    a, b = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
+    out = poisoned(((L,) if L else ()) + (m, n), "cuda")
+    _, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out))
+    on_mma = any(re.search(rf"gemv_kernel_mma<\d+, {n}, false, ", x) for x in names)
+    assert on_mma == mma_expected("gemm", n, m, k, L, swapped=False), names
+    assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} K={k} L={L} {layout} on cuda")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -374,11 +409,15 @@ def test_gemv_split_rows(gen, layout, op, L, m, n, k, linear, blocked):
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("m,n,b2_layout,gemv", [(1, 300, "blocked", True), (4, 129, "blocked", True),
-                                                (5, 300, "blocked", False), (2, 4, "blocked", True),
+                                                (5, 300, "blocked", None), (8, 300, "blocked", None),
+                                                (9, 300, "blocked", False), (2, 4, "blocked", True),
                                                 (2, 300, "linear", False), (200, 4, "blocked", False)])
 def test_few_rows_dual_take_the_gemv(gen, m, n, b2_layout, gemv):
-    """A dual gemm with M of 4 at most streams B1 and B2 through the GEMV kernel when their scales share
-    a layout; a dual of N <= 4 does not take it."""
+    """A dual gemm with M of 4 at most (5 to 8 where the integer-mma kernel's rule takes it, None:
+    mma_expected) streams B1 and B2 through the GEMV kernel when their scales share a layout; a dual
+    of M = 9 or of N <= 4 does not take it."""
+    if gemv is None:
+        gemv = mma_expected("dual", m, n, 1024)
     a, b1 = gemm_problem(None, m, n, 1024, gen, "cuda", ("linear", "blocked"))
     b2 = random_operand(None, n, 1024, gen=gen, device="cuda", layout=b2_layout)
     out, names = launched(lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf))

@@ -2,13 +2,18 @@
  * dispatch.cu - the C entry of the CUDA kernels: picks a kernel per problem
  * (device, shape, alignment) and launches it on the caller's stream.
  *
- *   N <= 4, aligned, not dual          -> gemv.cu (dp4a, bandwidth path)
- *   M = 5..16 (Hopper: K >= 8192, and L N K >= 2^26 for M > 8),
+ *   N <= 4, aligned, not dual          -> gemv.cu (dp4a, bandwidth path;
+ *                                         N <= 8 on integer mma as below)
+ *   M = 5..16 (Hopper: K >= 8192, and L N K >= 2^26 for M > 8;
+ *   M <= 8 only where the next line's
+ *   integer mma does not take it first),
  *   K % 256 == 0, not dual             -> skinny.cu (mma.sync, sm_80+)
- *   M <= 4, aligned (dual too)         -> gemv.cu with the roles swapped
- *                                         (K % 128 == 0: M = 4, and M = 2, 3
- *                                         at 3.5 to 12 steps a warp, on
- *                                         integer mma, takes_mma)
+ *   M <= 8, aligned (dual too)         -> gemv.cu with the roles swapped
+ *                                         (dp4a for M <= 4; integer mma,
+ *                                         takes_mma, where K % 128 == 0:
+ *                                         M = 4, M = 2, 3 at 3.5 to 12 steps
+ *                                         a warp, M = 5..8 where the shares
+ *                                         are not long)
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
@@ -22,6 +27,7 @@ bool gemv_takes_mma(const nvfp4_matmul &p);
 cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 bool skinny_supported(const nvfp4_matmul &p);
+bool skinny_forced();
 cudaError_t skinny_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ctx, cudaStream_t stream);
 bool matmul_sm90_supported(const nvfp4_matmul &p);
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
@@ -29,15 +35,15 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_wo
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
-/* M <= 4 is a GEMV with the roles swapped: B's N rows against A's M rows as
- * vectors, c[l, m, n] as the GEMV's result n of vector m (row stride 1, vector
+/* M <= 4 (M <= 8 where the integer-mma GEMV takes it) is a GEMV with the
+ * roles swapped: B's N rows against A's M rows as vectors, c[l, m, n] as the GEMV's result n of vector m (row stride 1, vector
  * stride c_row_stride: gemv_launch); a dual's B2 stays q.b2, the GEMV's A2.
  * The bandwidth kernel streams B once for all M rows, where the tensor-core
  * tile would decode a 32-row activation tile and spend ~0.6 us per 256 x 64
  * step on the weights' fp16 decode (PERF.md, sessions 4 and 13). Same
  * products, fp32 sums in another order. */
 static bool as_gemv(const nvfp4_matmul &p, nvfp4_matmul &q) {
-  if (p.m > 4) return false;
+  if (p.m > 8) return false;
   q = p;
   q.m = p.n, q.n = p.m;
   q.a = p.b, q.b = p.a;
@@ -52,14 +58,35 @@ static bool valid(const nvfp4_matmul &p) {
   return empty(p) || (p.a.data && p.b.data && p.a.sf && p.b.sf && p.c && (!p.b2.data || p.b2.sf));
 }
 
+/* The kernel of a single problem, in the order above (q: the swapped GEMV's
+ * problem, where that is the route). */
+enum Route { GEMV, SKINNY, GEMV_SWAPPED, WGMMA, SIMT };
+static Route route(const nvfp4_matmul &p, nvfp4_matmul &q) {
+  if (!p.b2.data && gemv_supported(p)) return GEMV;
+  const bool swapped = as_gemv(p, q);
+  /* Hopper, M = 5..8: the integer-mma GEMV wherever its rule takes the rows
+   * (takes_mma: short and mid warp shares), ahead of the skinny kernel, which
+   * keeps the long ones (H100, bench_gemm, skinny -> MMA: 5 x 4096 x 8192 21.3
+   * -> 16.6 us, 8 x 2048 x 8192 18.6 -> 15.2; 8 x 7168 x 16384 39.6 -> 52.9
+   * where the rule says no; PERF.md session 37). NVFP4_SKINNY=1 keeps it first. */
+  const DeviceInfo &dev = device_info();
+  if (swapped && p.m > 4 && dev.major == 9 && dev.minor == 0 && !skinny_forced()) return GEMV_SWAPPED;
+  if (skinny_supported(p)) return SKINNY;
+  if (swapped) return GEMV_SWAPPED;
+  return matmul_sm90_supported(p) ? WGMMA : SIMT;
+}
+
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
   nvfp4_matmul q;
-  if (!p->b2.data && gemv_supported(*p)) return gemv_takes_mma(*p) ? "gemv_mma" : "gemv_dp4a";
-  if (skinny_supported(*p)) return "mma_skinny";
-  if (as_gemv(*p, q))
-    return gemv_takes_mma(q) ? (p->b2.data ? "gemv_mma_dual" : "gemv_mma") : p->b2.data ? "gemv_dp4a_dual" : "gemv_dp4a";
-  if (matmul_sm90_supported(*p)) return p->b2.data ? "wgmma_dual" : "wgmma";
-  return p->b2.data ? "simt_dual" : "simt";
+  const bool dual = p->b2.data != nullptr;
+  switch (route(*p, q)) {
+    case GEMV: return gemv_takes_mma(*p) ? "gemv_mma" : "gemv_dp4a";
+    case SKINNY: return "mma_skinny";
+    case GEMV_SWAPPED:
+      return gemv_takes_mma(q) ? (dual ? "gemv_mma_dual" : "gemv_mma") : dual ? "gemv_dp4a_dual" : "gemv_dp4a";
+    case WGMMA: return dual ? "wgmma_dual" : "wgmma";
+    default: return dual ? "simt_dual" : "simt";
+  }
 }
 
 extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
@@ -80,11 +107,13 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
     const nvfp4_matmul &p = problems[0];
     if (empty(p)) return NVFP4_OK;
     nvfp4_matmul q;
-    if (!p.b2.data && gemv_supported(p)) err = gemv_launch(p, 1, stream);
-    else if (skinny_supported(p)) err = skinny_launch(p, workspace, ctx, stream);
-    else if (as_gemv(p, q)) err = gemv_launch(q, p.c_row_stride, stream);
-    else if (matmul_sm90_supported(p)) err = matmul_sm90_launch(&p, 1, workspace, ctx, stream);
-    else err = matmul_simt_launch(&p, 1, stream);
+    switch (route(p, q)) {
+      case GEMV: err = gemv_launch(p, 1, stream); break;
+      case SKINNY: err = skinny_launch(p, workspace, ctx, stream); break;
+      case GEMV_SWAPPED: err = gemv_launch(q, p.c_row_stride, stream); break;
+      case WGMMA: err = matmul_sm90_launch(&p, 1, workspace, ctx, stream); break;
+      default: err = matmul_simt_launch(&p, 1, stream);
+    }
   } else {
     bool tc = true;
     for (int g = 0; g < count; g++) tc = tc && matmul_sm90_supported(problems[g]);

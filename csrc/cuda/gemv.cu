@@ -37,10 +37,11 @@
  * LPR * CPL divides K/32, so a row is whole steps and the copy path has no
  * bounds checks.
  *
- * Several vectors (NV = N = 2..4; a gemm of M <= 4 rows with the roles
+ * Several vectors (NV = N = 2..8; a gemm of M <= 8 rows with the roles
  * swapped, csrc/cuda/dispatch.cu); 4 of them on integer mma wherever it
- * fits, 2 or 3 where the warps' shares are neither short nor long
- * (gemv_kernel_mma below, takes_mma). The floor is the same bytes of A; the
+ * fits, 2 or 3 where the warps' shares are neither short nor long, 5 to 8
+ * (integer mma only) where they are not long (gemv_kernel_mma below,
+ * takes_mma). The floor is the same bytes of A; the
  * vectors' arithmetic grows with NV. Each A chunk is decoded once to int8
  * (nvfp4_e2m1x8_to_s8x8, 11 instructions per 8 codes, tables from shared
  * memory) and dotted with each vector: 8 dp4a, 2 subtractions, 2 scale
@@ -62,7 +63,8 @@
  * vectors are decoded once for both. Same bytes per product as the GEMV of
  * 2N rows.
  *
- * Fast-path preconditions (else another kernel runs): N <= 4, K % 64 == 0,
+ * Fast-path preconditions (else another kernel runs): N <= 4 (the MMA
+ * kernel: 8, gemv_mma_fits), K % 64 == 0,
  * A rows and b rows 16-byte aligned, A's scales 4-byte aligned (either
  * layout), and the shared memory (N * K * 1.25 bytes + the rings) within the
  * device's limit.
@@ -556,7 +558,10 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
  * dp4a loop of so few vectors is not issue-bound by as much); with one
  * vector slower (its stream reached ~0.6 of SOL against dp4a's 0.86, though
  * its loop is ~110 instructions per 64 codes of a lane; more ring stages did
- * not help): not built.
+ * not help): not built. 5 to 8 vectors (CTAs of 8 warps: 132-182 registers)
+ * against the kernels that took M = 5..8 before (skinny.cu for the gemm of
+ * K >= 8192, else the wgmma kernel's 32-row tile): 4-25% faster where the
+ * warps' shares are short or mid, slower on long ones (sessions 36-37).
  * CPL = 2 (warp shares of at least 12 steps, mma_long_shares): an item is
  * two steps, a lane's four chunk copies back to back, so each row's 128-byte
  * line is asked for at once rather than in halves one item apart: up to 18%
@@ -1066,16 +1071,17 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_
 inline int gemv_mma_env() {
   static const int v = [] {
     const char *e = std::getenv("NVFP4_GEMV_MMA");
-    return e && e[0] == '0' ? 0 : 1;
+    return e && e[0] == '0' ? 0 : e && e[0] == '2' ? 2 : 1;
   }();
   return v;
 }
 
 /* Whether the MMA kernel can take p (the common checks passed; shared memory
- * by the 4-vector plan, the largest). Only its builds of 2 to 4 vectors are
- * launched (the rule below); the kernel takes 1 to 8. */
+ * by the plan of 4 or 8 vectors, the largest of 2..4 and 5..8). Its builds
+ * of 2 to 8 vectors are launched (the rule below); the kernel takes 1 to 8. */
 bool gemv_mma_fits(const nvfp4_matmul &p) {
-  return p.n >= 2 && p.n <= 4 && p.k % 128 == 0 && MmaSmem<4, 1>(p.k).total <= device_info().smem_optin;
+  if (p.n < 2 || p.n > GEMV_MMA_MAX_NV || p.k % 128) return false;
+  return (p.n <= 4 ? MmaSmem<4, 1>(p.k).total : MmaSmem<8, 1>(p.k).total) <= device_info().smem_optin;
 }
 
 /* Whether the dp4a kernel can take p (the common checks passed). */
@@ -1111,6 +1117,10 @@ int64_t mma_share_steps(const nvfp4_matmul &p) {
 }
 constexpr int MMA_LONG_SHARE = 12 * MmaCfg<4, 1>::WARPS;     // steps: 12 a warp
 constexpr int MMA_MID_SHARE = 7 * MmaCfg<4, 1>::WARPS / 2;  // steps: 3.5 a warp
+/* 5 to 8 vectors (CTAs of 8 warps, the steps still counted for 16): below these shares, the dual of 5 or 6 always */
+constexpr int MMA_WIDE_SHARE = 28 * MmaCfg<4, 1>::WARPS;     // steps: the gemm of 5, 6 vectors
+constexpr int MMA_WIDE8_DUAL_SHARE = 16 * MmaCfg<4, 1>::WARPS;  // steps: the dual of 7, 8
+constexpr int MMA_WIDE8_SHARE = 10 * MmaCfg<4, 1>::WARPS;       // steps: the gemm of 7, 8
 
 /* Whether the MMA kernel copies two steps per item for p (gemv_mma_fits(p);
  * CPL = 2: each row's copies cover whole 128-byte lines, a 3-deep ring): where
@@ -1148,11 +1158,30 @@ int mma_cpl(const nvfp4_matmul &p) {
  * shorter shares the gemm 0.5-4% slower (3 x 8192 x 1024 8.2 -> 8.5), with
  * long ones up to 8% (2 x 14336 x 4096 18.7 -> 20.1; the dp4a loop of so
  * few vectors is less issue-bound than of 4). One vector: not built
- * (session 31: its loop streamed at ~0.6 of SOL where dp4a's reaches 0.86). */
+ * (session 31: its loop streamed at ~0.6 of SOL where dp4a's reaches 0.86).
+ * 5 to 8 vectors (no dp4a build; before, the gemm of M = 5..8 took the
+ * skinny kernel at K >= 8192, else the wgmma kernel's 32-row tile, and a
+ * gemm of N = 5..8 weight rows the wgmma kernel): the rule's bounds from
+ * session 36's forced runs (5, 6 vectors: alike at 448 steps; 7, 8: 20%
+ * slower at 168, 1-5% at 224; the dual of 7, 8 alike or up to 7% slower
+ * from 256). H100, bench_gemm, us, HEAD -> this rule (PERF.md session 37,
+ * 36 shapes): the gemm of 5, 6 rows 16-25% faster below MMA_WIDE_SHARE (6 x
+ * 4096 x 7168 20.5 -> 15.7, 5 x 14336 x 4096 27.3 -> 22.9), of 7, 8 4-19%
+ * below MMA_WIDE8_SHARE (7 x 8192 x 4096 21.6 -> 18.2, 8 x 4096 x 2048 13.0
+ * -> 10.5); the dual of 5, 6 9-24% (6 x 28672 x 4096 81.2 -> 67.0), of 7, 8
+ * 4-22% below MMA_WIDE8_DUAL_SHARE (8 x 4096 x 7168 29.5 -> 26.3); a gemm of
+ * 8 or 6 weight rows 4.7x and 14x (4096 x 8 x 7168 87.3 -> 18.6, 16384 x 6 x
+ * 2048 225 -> 15.6); shapes past the bounds unchanged. Against the skinny
+ * kernel (gemm, K >= 8192) the rule picks the faster of the two on all 8
+ * shapes measured (5 x 4096 x 8192 21.2 -> 16.6; dispatch.cu). */
 bool takes_mma(const nvfp4_matmul &p) {
   if (gemv_mma_env() == 0 || !gemv_mma_fits(p)) return false;
-  if (p.n == 4) return true;
+  if (p.n == 4 || gemv_mma_env() == 2) return true;
   const int64_t steps = mma_share_steps(p);
+  if (p.n > 4) {
+    if (p.b2.data) return p.n <= 6 || steps < MMA_WIDE8_DUAL_SHARE;
+    return steps < (p.n <= 6 ? MMA_WIDE_SHARE : MMA_WIDE8_SHARE);
+  }
   return steps >= MMA_MID_SHARE && steps < MMA_LONG_SHARE;
 }
 
@@ -1168,6 +1197,10 @@ cudaError_t launch_mma(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t
   switch (p.n) {
     case 2: return launch_mma_build<SFA, 2, 1>(p, c_vec_stride, stream);
     case 3: return launch_mma_build<SFA, 3, 1>(p, c_vec_stride, stream);
+    case 5: return launch_mma_build<SFA, 5, 1>(p, c_vec_stride, stream);
+    case 6: return launch_mma_build<SFA, 6, 1>(p, c_vec_stride, stream);
+    case 7: return launch_mma_build<SFA, 7, 1>(p, c_vec_stride, stream);
+    case 8: return launch_mma_build<SFA, 8, 1>(p, c_vec_stride, stream);
     default:
       return mma_cpl(p) == 2 ? launch_mma_build<SFA, 4, 2>(p, c_vec_stride, stream)
                              : launch_mma_build<SFA, 4, 1>(p, c_vec_stride, stream);
@@ -1206,7 +1239,7 @@ NVFP4_TRACE_ATTACH(gemv)
 
 /* p.b2, when given, is A2 of the dual (gemv_kernel), not a second vector set. */
 bool gemv_supported(const nvfp4_matmul &p) {
-  if (p.n < 1 || p.n > GEMV_MAX_NV || p.k % 64 || p.k / 32 > INT32_MAX / 64) return false;
+  if (p.n < 1 || p.n > GEMV_MMA_MAX_NV || p.k % 64 || p.k / 32 > INT32_MAX / 64) return false;
   auto streamable = [&](const nvfp4_operand &a) {  // A or A2: 16-byte rows, 4-byte scale words
     return aligned(a.data, 16) && a.row_stride % 16 == 0 && a.batch_stride % 16 == 0 && aligned(a.sf, 4) &&
            a.sf_batch_stride % 4 == 0 && (a.sf_layout != NVFP4_SF_LINEAR || a.sf_row_stride % 4 == 0) &&
