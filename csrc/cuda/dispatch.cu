@@ -4,9 +4,8 @@
  *
  *   N <= 4, aligned, not dual          -> gemv.cu (dp4a, bandwidth path;
  *                                         N <= 8 on integer mma as below)
- *   M = 5..16 (Hopper: K >= 8192, and L N K >= 2^26 for M > 8;
- *   M <= 8 only where the next line's
- *   integer mma does not take it first),
+ *   M = 5..16 (Hopper: K >= 8192, and L N K >= 2^26 for M > 8; M <= 8
+ *   only where the next line's integer mma does not take it first),
  *   K % 256 == 0, not dual             -> skinny.cu (mma.sync, sm_80+)
  *   M <= 8, aligned (dual too)         -> gemv.cu with the roles swapped
  *                                         (dp4a for M <= 4; integer mma,
@@ -36,8 +35,9 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_wo
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
 /* M <= 4 (M <= 8 where the integer-mma GEMV takes it) is a GEMV with the
- * roles swapped: B's N rows against A's M rows as vectors, c[l, m, n] as the GEMV's result n of vector m (row stride 1, vector
- * stride c_row_stride: gemv_launch); a dual's B2 stays q.b2, the GEMV's A2.
+ * roles swapped: B's N rows against A's M rows as vectors, c[l, m, n] as the
+ * GEMV's result n of vector m (row stride 1, vector stride c_row_stride:
+ * gemv_launch); a dual's B2 stays q.b2, the GEMV's A2.
  * The bandwidth kernel streams B once for all M rows, where the tensor-core
  * tile would decode a 32-row activation tile and spend ~0.6 us per 256 x 64
  * step on the weights' fp16 decode (PERF.md, sessions 4 and 13). Same
