@@ -62,24 +62,16 @@ def main():
         b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
         bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                          reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
-    # M = 4: the GEMV's integer-mma kernel (csrc/cuda/gemv.cu, gemv_kernel_mma): the dual 4 x 300 x 512 in
+    # The GEMV's integer-mma kernel (csrc/cuda/gemv.cu, gemv_kernel_mma). M = 4: the dual 4 x 300 x 512 in
     # batches of 2 and the gemm 4 x 200 x 1024 (row sets split over warps, partials through shared memory), the
     # gemm 4 x 4000 x 256 (whole sets per warp); 4 x 32 (dual) or 64 (gemm) x 12288 in 66 batches (two CTAs per
-    # batch on 132 SMs, >= 12 steps a warp): two steps per item (mma_long_shares)
-    for op, L, n, k in [("dual", 2, 300, 512), ("gemm", None, 200, 1024), ("gemm", None, 4000, 256),
-                        ("dual", 66, 32, 12288), ("gemm", 66, 64, 12288)]:
-        a = random_operand(L, 4, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
-        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
-        if op == "gemm":
-            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-        else:
-            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
-                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
-    # M = 5..8: the integer-mma kernel of 5 to 8 vectors (csrc/cuda/gemv.cu, takes_mma): the gemm 6 x 200 x 1024
-    # (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in batches of 2,
-    # the dual 8 x 64 x 7168 in 66 batches (two CTAs per batch); and the gemm 300 x 8 x 1024, a GEMV of B's 8
-    # rows as given
-    for op, L, m, n, k in [("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
+    # batch on 132 SMs, >= 12 steps a warp): two steps per item (mma_long_shares). M = 5..8 (takes_mma): the gemm
+    # 6 x 200 x 1024 (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in
+    # batches of 2, the dual 8 x 64 x 7168 in 66 batches (two CTAs per batch); and the gemm 300 x 8 x 1024, a
+    # GEMV of B's 8 rows as given
+    for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
+                           ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
+                           ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
                            ("dual", 66, 8, 64, 7168), ("gemm", None, 300, 8, 1024)]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
         b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
