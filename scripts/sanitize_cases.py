@@ -86,9 +86,10 @@ def main():
     a = random_operand(None, 176, 4352, gen=gen, device=dev, layout="blocked")
     b = random_operand(None, 36 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
     bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-    # The skinny kernel (csrc/cuda/skinny.cu; on Hopper M = 5..8 with K >= 8192): 8 x 200 x 8192 in batches of 2 (7
-    # row blocks of 32 items over many CTAs: partials, tickets), 5 x 70 x 16384 blocked (2 blocks, a tail)
-    for L, m, n, k, lay in [(2, 8, 200, 8192, "linear"), (None, 5, 70, 16384, "blocked")]:
+    # The skinny kernel (csrc/cuda/skinny.cu; on Hopper M = 5..8 with K >= 8192 where the integer-mma GEMV does not
+    # take the rows first: K = 32768, whose 8 vectors do not fit its shared memory): 8 x 200 x 32768 in batches of
+    # 2 (row blocks of 128 items over many CTAs: partials, tickets), 5 x 70 x 32768 blocked (2 blocks, a tail)
+    for L, m, n, k, lay in [(2, 8, 200, 32768, "linear"), (None, 5, 70, 32768, "blocked")]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout="linear")
         bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
