@@ -67,12 +67,12 @@ def main():
     # gemm 4 x 4000 x 256 (whole sets per warp); 4 x 32 (dual) or 64 (gemm) x 12288 in 66 batches (two CTAs per
     # batch on 132 SMs, >= 12 steps a warp): two steps per item (mma_long_shares). M = 5..8 (takes_mma): the gemm
     # 6 x 200 x 1024 (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in
-    # batches of 2, the dual 8 x 64 x 7168 in 66 batches (two CTAs per batch); and the gemm 300 x 8 x 1024, a
-    # GEMV of B's 8 rows as given
+    # batches of 2, the dual 8 x 64 x 7168 and the gemm 6 x 96 x 7168 in 66 batches (two CTAs per batch, >= 160
+    # steps: two steps per item); and the gemm 300 x 8 x 1024, a GEMV of B's 8 rows as given
     for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
                            ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
                            ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
-                           ("dual", 66, 8, 64, 7168), ("gemm", None, 300, 8, 1024)]:
+                           ("dual", 66, 8, 64, 7168), ("gemm", 66, 6, 96, 7168), ("gemm", None, 300, 8, 1024)]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
         b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
         if op == "gemm":

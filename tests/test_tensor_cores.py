@@ -217,12 +217,16 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
 
 
-def mma_long_shares(op, n, k, L):
-    """Whether the integer-mma kernel copies two steps per item by its rule (csrc/cuda/gemv.cu,
-    mma_long_shares): K % 256 == 0 and at least 12 steps a warp."""
-    if k % 256 or k > 16384:  # (past 16384 its shared memory may not fit; no test goes there)
-        return False
-    return mma_share_steps(op, n, k, L) >= 12 * 16
+def mma_cpl(op, m, n, k, L):
+    """Steps per item of the integer-mma kernel for M = m vectors by its rule (csrc/cuda/gemv.cu,
+    mma_cpl): 2 where K % 256 == 0 and the busiest CTA has at least 12 steps a warp (4 vectors) or
+    160 steps (5 to 8), else 1; NVFP4_GEMV_MMA_CPL=1 / 2 forces either where K % 256 == 0."""
+    if m < 4 or k % 256 or k > 16384:  # (past 16384 its shared memory may not fit; no test goes there)
+        return 1
+    env = os.environ.get("NVFP4_GEMV_MMA_CPL")
+    if env in ("1", "2"):
+        return int(env)
+    return 2 if mma_share_steps(op, n, k, L) >= (12 * 16 if m == 4 else 160) else 1
 
 
 def mma_expected(op, m, n, k, L=None, swapped=True):
@@ -266,12 +270,14 @@ def test_vectors_on_mma(gen, op, layout, m, n, k, L):
 @pytest.mark.parametrize("m,n,k,L", [(8, 4096, 1024, None), (5, 4100, 1152, 2), (6, 37, 128, 3), (7, 300, 1024, None),
                                      (8, 8200, 8192, None), (8, 30000, 256, None), (6, 4000, 384, 8),
                                      (8, 200, 1088, None), (7, 2048, 7168, None), (5, 1000, 8192, 2),
-                                     (8, 7168, 16384, None), (6, 24, 16384, 264), (8, 4096, 7168, None)])
+                                     (8, 7168, 16384, None), (6, 24, 16384, 264), (8, 4096, 7168, None),
+                                     (5, 5000, 4096, None)])
 def test_eight_vectors_on_mma(gen, op, layout, m, n, k, L):
     """Five to eight activation rows on the GEMV's integer-mma kernel where its rule takes them
     (mma_expected), else the skinny or tensor-core kernel; either way the exact result, every
     output written. Odd vector counts, batches, a last set past N, rows split over warps, shares
-    on both sides of the rule, K % 128 == 64, shapes the skinny kernel takes."""
+    on both sides of the rule, K % 128 == 64, shapes the skinny kernel takes; one or two steps per
+    item (mma_cpl: 160 steps and more, e.g. the dual 5 x 5000 x 4096 and 8 x 4096 x 7168)."""
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
@@ -280,6 +286,9 @@ def test_eight_vectors_on_mma(gen, op, layout, m, n, k, L):
     dual = "true" if op == "dual" else "false"
     on_mma = any(re.search(rf"gemv_kernel_mma<\d+, {m}, {dual}, ", x) for x in names)
     assert on_mma == mma_expected(op, m, n, k, L), names
+    if on_mma:  # and two steps per item where its warps' shares are long (mma_cpl)
+        cpl = mma_cpl(op, m, n, k, L)
+        assert any(re.search(rf"gemv_kernel_mma<\d+, {m}, {dual}, (true|false), {cpl}>", x) for x in names), names
     assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
 
 
@@ -306,15 +315,12 @@ def test_few_weight_rows_on_mma(gen, layout, m, n, k, L):
                                    (4096, 8192, 2), (8200, 8192, None), (3000, 4096, None), (24, 16384, 264)])
 def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
     """The gemm or dual of four activation rows on the integer-mma kernel copies two steps per
-    item where its warps' shares are long (csrc/cuda/gemv.cu, mma_long_shares; NVFP4_GEMV_MMA_CPL
+    item where its warps' shares are long (csrc/cuda/gemv.cu, mma_cpl; NVFP4_GEMV_MMA_CPL
     forces either where K % 256 == 0), else one: the kernel's last template argument, and the
     exact result."""
     if not mma_expected(op, 4, n, k):
         pytest.skip("the integer-mma kernel is off (NVFP4_GEMV_MMA=0)")
-    cpl = 2 if mma_long_shares(op, n, k, L) else 1
-    env = os.environ.get("NVFP4_GEMV_MMA_CPL")
-    if env in ("1", "2"):
-        cpl = 2 if env == "2" and k % 256 == 0 else 1
+    cpl = mma_cpl(op, 4, n, k, L)
     a, b1 = gemm_problem(L, 4, n, k, gen, "cuda", (layout, layout))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
     out = poisoned(((L,) if L else ()) + (4, n), "cuda")

@@ -562,7 +562,8 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
  * against the kernels that took M = 5..8 before (skinny.cu for the gemm of
  * K >= 8192, else the wgmma kernel's 32-row tile): 4-25% faster where the
  * warps' shares are short or mid, slower on long ones (sessions 36-37).
- * CPL = 2 (warp shares of at least 12 steps, mma_long_shares): an item is
+ * CPL = 2 (warp shares of at least 12 steps; 5 to 8 vectors: 160 steps a
+ * CTA, mma_long_shares): an item is
  * two steps, a lane's four chunk copies back to back, so each row's 128-byte
  * line is asked for at once rather than in halves one item apart: up to 18%
  * faster there (sessions 32-33). The copies still set the time: alone (no
@@ -1103,9 +1104,10 @@ inline int gemv_mma_cpl_env() {
   return v;
 }
 
-/* Whether the MMA kernel's two-step build can take p: K % 256 == 0, its ring in shared memory. */
+/* Whether the MMA kernel's two-step build of p.n vectors can take p: K % 256 == 0, its ring in
+ * shared memory (by the plan of 4 or 8 vectors, as gemv_mma_fits). */
 bool mma_cpl2_fits(const nvfp4_matmul &p) {
-  return p.k % 256 == 0 && MmaSmem<4, 2>(p.k).total <= device_info().smem_optin;
+  return p.k % 256 == 0 && (p.n <= 4 ? MmaSmem<4, 2>(p.k).total : MmaSmem<8, 2>(p.k).total) <= device_info().smem_optin;
 }
 
 /* The steps (128 K of a row set) of the busiest CTA of p on the MMA kernel,
@@ -1121,10 +1123,12 @@ constexpr int MMA_MID_SHARE = 7 * MmaCfg<4, 1>::WARPS / 2;  // steps: 3.5 a warp
 constexpr int MMA_WIDE_SHARE = 28 * MmaCfg<4, 1>::WARPS;     // steps: the gemm of 5, 6 vectors
 constexpr int MMA_WIDE8_DUAL_SHARE = 16 * MmaCfg<4, 1>::WARPS;  // steps: the dual of 7, 8
 constexpr int MMA_WIDE8_SHARE = 10 * MmaCfg<4, 1>::WARPS;       // steps: the gemm of 7, 8
+constexpr int MMA_WIDE_LONG_SHARE = 10 * MmaCfg<4, 1>::WARPS;   // steps: 5 to 8 vectors two steps per item
 
 /* Whether the MMA kernel copies two steps per item for p (gemv_mma_fits(p);
  * CPL = 2: each row's copies cover whole 128-byte lines, a 3-deep ring): where
- * the warps' shares are long (at least MMA_LONG_SHARE) and the build fits.
+ * the warps' shares are long (4 vectors: at least MMA_LONG_SHARE; 5 to 8:
+ * MMA_WIDE_LONG_SHARE) and the build fits.
  * Measured on an H100, bench_gemm, us, CPL 1 -> 2 (PERF.md sessions 32-33),
  * by the warps' steps: 28-56 steps the
  * gemm 8-15% and the dual 10-18% faster (gemm 4 x 7168 x 16384 40.4 -> 37.0,
@@ -1133,12 +1137,19 @@ constexpr int MMA_WIDE8_SHARE = 10 * MmaCfg<4, 1>::WARPS;       // steps: the ge
  * 20.8; dual 4 x 6144 x 7168 30.4 -> 27.5), 12 steps 1-3% (gemm 4 x 5120 x
  * 8192 19.3 -> 18.8), 10 steps within 1%, 2-8 steps 0-10% slower (gemm 4 x
  * 4096 x 8192 15.4 -> 16.0, 4 x 4096 x 2048 9.1 -> 10.0). */
-bool mma_long_shares(const nvfp4_matmul &p) { return mma_cpl2_fits(p) && mma_share_steps(p) >= MMA_LONG_SHARE; }
+bool mma_long_shares(const nvfp4_matmul &p) {
+  return mma_cpl2_fits(p) && mma_share_steps(p) >= (p.n <= 4 ? MMA_LONG_SHARE : MMA_WIDE_LONG_SHARE);
+}
 
-/* Steps per item: the rule above, or NVFP4_GEMV_MMA_CPL where it fits; 4
- * vectors only (takes_mma gives the kernel 2 or 3 only below MMA_LONG_SHARE). */
+/* Steps per item: the rule above, or NVFP4_GEMV_MMA_CPL where it fits; 4 to
+ * 8 vectors (takes_mma gives the kernel 2 or 3 only below MMA_LONG_SHARE).
+ * 5 to 8 vectors (CTAs of 8 warps; H100, bench_gemm, us, the MMA kernel
+ * forced, CPL 1 -> 2, PERF.md session 38): at 168-1792 steps the gemm up to
+ * 12% faster (6 x 14336 x 16384 77.3 -> 68.4, 7 x 14336 x 4096 29.1 -> 26.5;
+ * 7 x 4096 x 16384 1.2% slower) and the dual 1-12% (6 x 28672 x 4096 67.4 ->
+ * 60.3), at 112-128 within 1%. An 8-deep ring of one step: 16-62% slower. */
 int mma_cpl(const nvfp4_matmul &p) {
-  if (p.n != 4) return 1;
+  if (p.n < 4) return 1;
   const int env = gemv_mma_cpl_env();
   if (env == 2 && mma_cpl2_fits(p)) return 2;
   return env == 0 && mma_long_shares(p) ? 2 : 1;
@@ -1191,19 +1202,23 @@ cudaError_t launch_mma_build(const nvfp4_matmul &p, int64_t c_vec_stride, cudaSt
                    : launch<Mma<SFA, NV, false, CPL>>(p, c_vec_stride, stream);
 }
 
-/* 4 vectors one or two steps per item (mma_cpl); 2 and 3 one. */
+template <int SFA, int NV>
+cudaError_t launch_mma_cpl(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  return mma_cpl(p) == 2 ? launch_mma_build<SFA, NV, 2>(p, c_vec_stride, stream)
+                         : launch_mma_build<SFA, NV, 1>(p, c_vec_stride, stream);
+}
+
+/* 4 to 8 vectors one or two steps per item (mma_cpl); 2 and 3 one. */
 template <int SFA>
 cudaError_t launch_mma(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
   switch (p.n) {
     case 2: return launch_mma_build<SFA, 2, 1>(p, c_vec_stride, stream);
     case 3: return launch_mma_build<SFA, 3, 1>(p, c_vec_stride, stream);
-    case 5: return launch_mma_build<SFA, 5, 1>(p, c_vec_stride, stream);
-    case 6: return launch_mma_build<SFA, 6, 1>(p, c_vec_stride, stream);
-    case 7: return launch_mma_build<SFA, 7, 1>(p, c_vec_stride, stream);
-    case 8: return launch_mma_build<SFA, 8, 1>(p, c_vec_stride, stream);
-    default:
-      return mma_cpl(p) == 2 ? launch_mma_build<SFA, 4, 2>(p, c_vec_stride, stream)
-                             : launch_mma_build<SFA, 4, 1>(p, c_vec_stride, stream);
+    case 4: return launch_mma_cpl<SFA, 4>(p, c_vec_stride, stream);
+    case 5: return launch_mma_cpl<SFA, 5>(p, c_vec_stride, stream);
+    case 6: return launch_mma_cpl<SFA, 6>(p, c_vec_stride, stream);
+    case 7: return launch_mma_cpl<SFA, 7>(p, c_vec_stride, stream);
+    default: return launch_mma_cpl<SFA, 8>(p, c_vec_stride, stream);
   }
 }
 
