@@ -1077,12 +1077,18 @@ inline int gemv_mma_env() {
   return v;
 }
 
-/* Whether the MMA kernel can take p (the common checks passed; shared memory
- * by the plan of 4 or 8 vectors, the largest of 2..4 and 5..8). Its builds
+/* Whether the MMA kernel's build of p.n vectors and CPL steps per item has
+ * its shared memory, by the plan of 4 or 8 vectors (the largest of 2..4 and
+ * of 5..8, which share a CTA size). */
+template <int CPL>
+bool mma_smem_fits(const nvfp4_matmul &p) {
+  return (p.n <= 4 ? MmaSmem<4, CPL>(p.k).total : MmaSmem<8, CPL>(p.k).total) <= device_info().smem_optin;
+}
+
+/* Whether the MMA kernel can take p (the common checks passed). Its builds
  * of 2 to 8 vectors are launched (the rule below); the kernel takes 1 to 8. */
 bool gemv_mma_fits(const nvfp4_matmul &p) {
-  if (p.n < 2 || p.n > GEMV_MMA_MAX_NV || p.k % 128) return false;
-  return (p.n <= 4 ? MmaSmem<4, 1>(p.k).total : MmaSmem<8, 1>(p.k).total) <= device_info().smem_optin;
+  return p.n >= 2 && p.n <= GEMV_MMA_MAX_NV && p.k % 128 == 0 && mma_smem_fits<1>(p);
 }
 
 /* Whether the dp4a kernel can take p (the common checks passed). */
@@ -1104,11 +1110,8 @@ inline int gemv_mma_cpl_env() {
   return v;
 }
 
-/* Whether the MMA kernel's two-step build of p.n vectors can take p: K % 256 == 0, its ring in
- * shared memory (by the plan of 4 or 8 vectors, as gemv_mma_fits). */
-bool mma_cpl2_fits(const nvfp4_matmul &p) {
-  return p.k % 256 == 0 && (p.n <= 4 ? MmaSmem<4, 2>(p.k).total : MmaSmem<8, 2>(p.k).total) <= device_info().smem_optin;
-}
+/* Whether the MMA kernel's two-step build of p.n vectors can take p: K % 256 == 0, its ring in shared memory. */
+bool mma_cpl2_fits(const nvfp4_matmul &p) { return p.k % 256 == 0 && mma_smem_fits<2>(p); }
 
 /* The steps (128 K of a row set) of the busiest CTA of p on the MMA kernel,
  * a CTA per SM, which its 16 warps share. */
