@@ -26,6 +26,11 @@
  *              CTAs equal contiguous ranges of all items; read back from
  *              shared memory. Only with `piece` first (then the two ldg
  *              variants as the reference; cases of L*M % 64 == 0, K % 4096 == 0)
+ *   tilePsNS[sc] the Hopper tensor-core kernel's producer (matmul_sm90.cu):
+ *              a CTA of 128 copying threads per 256 rows x a K range, an
+ *              NS-slot ring of P bytes of each row (P = 32: its K step);
+ *              sc: 16-byte scale copies. Only with `tile` first (cases of
+ *              L*M % 256 == 0, K % 1024 == 0; PERF.md session 39)
  * Times: "call" = one launch after an L2 sweep (events, median of 9);
  * "loop" = 20 launches back to back over input sets rotated so L2 holds none
  * (events over the loop / 20, median of 5). Fractions are of bytes / the
@@ -223,6 +228,78 @@ __global__ void __launch_bounds__(32 * WARPS) piece_kernel(Src src, unsigned *si
   if (x == 0x12345678u) *sink = x;
 }
 
+/* ---- tile: the Hopper tensor-core kernel's producer reads (matmul_sm90.cu,
+ * StageCopies): a CTA of 128 copying threads per unit of 256 weight rows x a
+ * K range (units = row tiles x split, as split-K deals them; one CTA per SM),
+ * an NS-slot ring of items of P bytes of each of the 256 rows, and their
+ * scales; each thread reads its own copies back. P = 32 is the kernel's K step
+ * (a warp instruction 16 rows x 32 bytes, thread t chunk t % 2 of rows t / 2
+ * + 64 u) with a 4-byte cp.async.ca per row (the linear scale layout) or, SC,
+ * the blocked layout's two contiguous 512-byte atoms per step by 16-byte
+ * copies. P = 128 is four steps at once: a warp instruction 4 rows x 128
+ * bytes (whole lines), scales by 4-byte copies or (SC) one 16-byte copy per
+ * row. ---- */
+template <int P, int NS, bool SC>
+__global__ void __launch_bounds__(128) tile_kernel(Src src, int split, unsigned *sink) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  constexpr int CPR = P / 16, CU = 256 * CPR / 128; /* 16-byte chunks per row; code copies per thread */
+  constexpr int SLOT = 256 * P + 256 * P / 8;
+  const int t = threadIdx.x;
+  const size_t row0 = (size_t)(blockIdx.x / split) * 256, part = blockIdx.x % split;
+  const size_t kb0 = src.row_bytes * part / split / P * P, kb1 = src.row_bytes * (part + 1) / split / P * P;
+  const size_t items = (kb1 - kb0) / P, sf_row = src.row_bytes / 8, ksteps = src.row_bytes / 32;
+  const uint8_t *codes = reinterpret_cast<const uint8_t *>(src.a), *scales = reinterpret_cast<const uint8_t *>(src.s);
+  const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem);
+  auto issue = [&](size_t x) {
+    if (x < items) {
+      const uint32_t slot = ring + (uint32_t)(x % NS) * SLOT;
+      const size_t off = kb0 + x * P;
+#pragma unroll
+      for (int u = 0; u < CU; u++) {
+        const int c = t + 128 * u, r = c / CPR, k = c % CPR;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(slot + 16 * c),
+                     "l"(codes + (row0 + r) * src.row_bytes + off + 16 * k)
+                     : "memory");
+      }
+      const uint32_t ss = slot + 256 * P;
+      if (SC && P == 32) { /* blocked: atoms of 128 rows x one step's 4 columns, 512 bytes */
+        if (t < 64) {
+          const size_t atom = ((row0 / 128 + t / 32) * ksteps + off / 32) * 512;
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ss + 16 * t), "l"(scales + atom + 16 * (t % 32)) : "memory");
+        }
+      } else { /* linear: each row's P / 8 bytes by copies of W bytes */
+        constexpr int W = SC ? 16 : 4;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int j = 0; j < P / 8 / W; j++) {
+            const uint32_t d = ss + (t + 128 * h) * (P / 8) + W * j;
+            const uint8_t *g = scales + (row0 + t + 128 * h) * sf_row + off / 8 + W * j;
+            if (SC) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(g) : "memory");
+            else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(g) : "memory");
+          }
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  for (int j = 0; j < NS - 1; j++) issue(j);
+  unsigned x = 0;
+  for (size_t i = 0; i < items; i++) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(NS - 2) : "memory");
+    issue(i + NS - 1); /* the slot of item i - 1, read by this thread alone */
+    const uint8_t *st = smem + (i % NS) * SLOT;
+#pragma unroll
+    for (int u = 0; u < CU; u++) {
+      const uint4 v = *reinterpret_cast<const uint4 *>(st + 16 * (t + 128 * u));
+      x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (!(SC && P == 32) || t < 64) /* a word of this thread's own scale copies */
+      x ^= *reinterpret_cast<const uint32_t *>(st + 256 * P + (SC && P == 32 ? 16 : P / 8) * t);
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if (x == 0x12345678u) *sink = x;
+}
+
 /* ---- bulk: TMA 1-D copies into a shared ring (mbarriers: ptx_sm90.cuh) ---- */
 __device__ __forceinline__ void mbar_expect(uint32_t a, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
@@ -332,6 +409,19 @@ void launch_piece16(Src s, unsigned *sink, int, cudaStream_t st) {
   (void)once;
   piece_kernel<R, P, S, MODE, 16><<<NSM, 512, SMEM, st>>>(s, sink);
 }
+/* The tensor-core kernel's grid: tiles of 256 rows, split-K to fill the SMs
+ * (at most 8), one CTA per SM (shared memory asked for accordingly). */
+template <int P, int NS, bool SC>
+void launch_tile(Src s, unsigned *sink, int sms, cudaStream_t st) {
+  constexpr int SMEM = std::max(NS * (256 * P + 256 * P / 8), 120 << 10);
+  static bool once = [] {
+    CHECK(cudaFuncSetAttribute(tile_kernel<P, NS, SC>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    return true;
+  }();
+  (void)once;
+  const int tiles = (int)(s.rows / 256), split = std::max(1, std::min(8, sms / std::max(tiles, 1)));
+  tile_kernel<P, NS, SC><<<tiles * split, 128, SMEM, st>>>(s, split, sink);
+}
 template <int U, int CPS>
 void launch_ldg(Src s, unsigned *sink, int sms, cudaStream_t st) { ldg_kernel<U><<<sms * CPS, 256, 0, st>>>(s, sink); }
 template <int U, bool NA, int CPS>
@@ -417,8 +507,18 @@ int main(int argc, char **argv) {
       {"piece16x256s2x4", launch_piece<16, 256, 2, 4>},
       {"piece16x256s3x4", launch_piece<16, 256, 3, 4>},
   };
+  const Variant tiles[] = {
+      /* name: bytes of each row per item, ring slots, sc = 16-byte scale copies */
+      {"tile32s10", launch_tile<32, 10, false>},
+      {"tile32s6", launch_tile<32, 6, false>},
+      {"tile32s10sc", launch_tile<32, 10, true>},
+      {"tile128s3", launch_tile<128, 3, false>},
+      {"tile128s3sc", launch_tile<128, 3, true>},
+      {"tile128s4sc", launch_tile<128, 4, true>},
+  };
   const bool piece_only = argc > 1 && std::string(argv[1]) == "piece";
-  for (int c = 1 + piece_only; c < argc; c++) {
+  const bool tile_only = argc > 1 && std::string(argv[1]) == "tile";
+  for (int c = 1 + (piece_only || tile_only); c < argc; c++) {
     long m = 0, k = 0, l = 1;
     if (sscanf(argv[c], "%ld,%ld,%ld", &m, &k, &l) < 2) {
       fprintf(stderr, "case M,K[,L]\n");
@@ -439,9 +539,11 @@ int main(int argc, char **argv) {
     const float sol_us = bytes / (copy_bw * 1e12f) * 1e6f;
     printf("\ncase %ldx%ld L%ld: %.1f MB, SOL %.2f us (%d input sets)\n", m, k, l, bytes / 1e6, sol_us, sets);
     printf("%-12s %9s %6s %9s %6s\n", "variant", "call us", "frac", "loop us", "frac");
-    std::vector<Variant> run(variants, variants + (piece_only ? 2 : sizeof variants / sizeof *variants));
+    std::vector<Variant> run(variants, variants + (piece_only || tile_only ? 2 : sizeof variants / sizeof *variants));
     for (const Variant &v : pieces)
       if (piece_only && l * m % 64 == 0 && k % 4096 == 0) run.push_back(v);
+    for (const Variant &v : tiles)
+      if (tile_only && l * m % 256 == 0 && k % 1024 == 0) run.push_back(v);
     for (const Variant &v : run) {
       std::vector<float> call, loop;
       for (int r = 0; r < 9; r++) {
