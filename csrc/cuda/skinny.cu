@@ -464,6 +464,9 @@ int skinny_env() {
 
 }  // namespace
 
+/* Whether NVFP4_SKINNY=1 forces the kernel wherever it can run (dispatch.cu then tries it first). */
+bool skinny_forced() { return skinny_env() > 0; }
+
 /* sm_80+; not dual; K a multiple of 256; data 16-byte and scales 4-byte
  * aligned (every copy one cp.async); the items of a launch countable in 32
  * bits. Which M: on Hopper, with K >= 8192, M = 5..8, and M = 9..16 where the
@@ -472,9 +475,6 @@ int skinny_env() {
  * shorter K, and at M > 8 with fewer items per CTA; the GEMV of M vectors is
  * as fast or faster for M <= 4); on other GPUs, which have no tensor-core path
  * here, 5..16. NVFP4_SKINNY=1: M = 2..16 everywhere. */
-/* Whether NVFP4_SKINNY=1 forces the kernel wherever it can run (dispatch.cu then tries it first). */
-bool skinny_forced() { return skinny_env() > 0; }
-
 bool skinny_supported(const nvfp4_matmul &p) {
   const DeviceInfo &dev = device_info();
   const int env = skinny_env();
