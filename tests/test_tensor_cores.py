@@ -159,6 +159,42 @@ def test_fallbacks_on_hopper(gen):
     assert_matches(out, ref, "gemm misaligned slice K=128 on cuda")
 
 
+def off_16_bytes(sf):
+    """A copy of `sf` whose storage starts 4 bytes past a 16-byte boundary."""
+    buf = torch.empty(sf.numel() + 16, dtype=torch.uint8, device=sf.device)
+    at = (4 - buf.data_ptr()) % 16
+    out = buf[at:at + sf.numel()].view(sf.dtype).view(sf.shape)
+    out.copy_(sf)
+    assert out.data_ptr() % 16 == 4
+    return out
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,m,n", [("gemm", 130, 300), ("gemm", 40, 100), ("dual", 130, 200), ("dual", 20, 129)])
+@pytest.mark.parametrize("aligned16", [True, False])
+def test_blocked_scales_at_any_4_bytes(gen, op, m, n, aligned16):
+    """Blocked scales on the tensor-core kernel at 16-byte alignment and 4 bytes past it (what
+    cp_async_ok admits; session 40 tried copying whole 128-row atoms by 16-byte copies, which the
+    second case must fall back from), with weight rows that end inside an atom or with the
+    256-row tile's second half past the last atom (N = 100, 129, 200, 300), and a padded activation
+    tile (M = 130, 40, 20); the atoms' padding is NaN (random_operand's pad_byte), so a kernel
+    whose products of padding rows reached a stored output would fail."""
+    k = 1088
+    a, b = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "blocked"))
+    b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
+    sfs = [o.sf if aligned16 else off_16_bytes(o.sf) for o in (a, b, b2)]
+    out = poisoned((m, n), "cuda")
+    if op == "gemm":
+        ref = reference.gemm(a.data, b.data, a.sf, b.sf)
+        call = lambda: nk.gemm(a.data, b.data, sfs[0], sfs[1], out=out)
+    else:
+        ref = reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf)
+        call = lambda: nk.dual_gemm(a.data, b.data, b2.data, sfs[0], sfs[1], sfs[2], out=out)
+    _, names = launched(call)
+    assert any("matmul_sm90_kernel" in n for n in names), names
+    assert_matches(out, ref, f"{op} M={m} N={n} blocked scales {'at' if aligned16 else '4 bytes past'} 16 bytes")
+
+
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
 @pytest.mark.parametrize("m,tile", [(5, 32), (32, 32), (33, 64), (64, 64), (65, 128)])
 def test_activation_tile(gen, m, tile):
