@@ -173,12 +173,12 @@ def off_16_bytes(sf):
 @pytest.mark.parametrize("op,m,n", [("gemm", 130, 300), ("gemm", 40, 100), ("dual", 130, 200), ("dual", 20, 129)])
 @pytest.mark.parametrize("aligned16", [True, False])
 def test_blocked_scales_at_any_4_bytes(gen, op, m, n, aligned16):
-    """Blocked scales on the tensor-core kernel at 16-byte alignment and 4 bytes past it (what
-    cp_async_ok admits; session 40 tried copying whole 128-row atoms by 16-byte copies, which the
-    second case must fall back from), with weight rows that end inside an atom or with the
-    256-row tile's second half past the last atom (N = 100, 129, 200, 300), and a padded activation
-    tile (M = 130, 40, 20); the atoms' padding is NaN (random_operand's pad_byte), so a kernel
-    whose products of padding rows reached a stored output would fail."""
+    """Blocked scales on the tensor-core kernel at 16-byte alignment and 4 bytes past it (both
+    admitted by cp_async_ok: a copy of scales wider than 4 bytes would need the first), with weight
+    rows that end inside an atom or with the 256-row tile's second half past the last atom (N = 100,
+    129, 200, 300), and a padded activation tile (M = 130, 40, 20); the atoms' padding is NaN
+    (random_operand's pad_byte), so a kernel whose products of padding rows reached a stored output
+    would fail."""
     k = 1088
     a, b = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "blocked"))
     b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")

@@ -46,6 +46,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/ptx_sm90.cuh"
+#include "numerics.h"
 
 #include "cuda_check.cuh"
 
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(128) tile_kernel(Src src, int split, unsigned 
   const int t = threadIdx.x;
   const size_t row0 = (size_t)(blockIdx.x / split) * 256, part = blockIdx.x % split;
   const size_t kb0 = src.row_bytes * part / split / P * P, kb1 = src.row_bytes * (part + 1) / split / P * P;
-  const size_t items = (kb1 - kb0) / P, sf_row = src.row_bytes / 8, ksteps = src.row_bytes / 32;
+  const size_t items = (kb1 - kb0) / P, k_blocks = src.row_bytes / 8; /* scale columns of a row */
   const uint8_t *codes = reinterpret_cast<const uint8_t *>(src.a), *scales = reinterpret_cast<const uint8_t *>(src.s);
   const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem);
   auto issue = [&](size_t x) {
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(128) tile_kernel(Src src, int split, unsigned 
       const uint32_t ss = slot + 256 * P;
       if (SC && P == 32) { /* blocked: atoms of 128 rows x one step's 4 columns, 512 bytes */
         if (t < 64) {
-          const size_t atom = ((row0 / 128 + t / 32) * ksteps + off / 32) * 512;
+          const int64_t atom = nvfp4_sf_offset(NVFP4_SF_BLOCKED, 0, k_blocks, row0 + 128 * (t / 32), off / 8);
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ss + 16 * t), "l"(scales + atom + 16 * (t % 32)) : "memory");
         }
       } else { /* linear: each row's P / 8 bytes by copies of W bytes */
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(128) tile_kernel(Src src, int split, unsigned 
 #pragma unroll
           for (int j = 0; j < P / 8 / W; j++) {
             const uint32_t d = ss + (t + 128 * h) * (P / 8) + W * j;
-            const uint8_t *g = scales + (row0 + t + 128 * h) * sf_row + off / 8 + W * j;
+            const uint8_t *g = scales + nvfp4_sf_offset(NVFP4_SF_LINEAR, k_blocks, k_blocks, row0 + t + 128 * h, off / 8) + W * j;
             if (SC) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(g) : "memory");
             else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(g) : "memory");
           }
