@@ -16,6 +16,7 @@
 #ifndef NVFP4_NUMERICS_H
 #define NVFP4_NUMERICS_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -71,6 +72,71 @@ NVFP4_HD int64_t nvfp4_sf_offset(int32_t layout, int64_t row_stride, int64_t k_b
 NVFP4_HD float nvfp4_scale(const nvfp4_operand *op, int64_t k_blocks, int64_t l, int64_t row, int64_t kb) {
   const uint8_t *sf = op->sf + l * op->sf_batch_stride;
   return nvfp4_e4m3_to_float(sf[nvfp4_sf_offset(op->sf_layout, op->sf_row_stride, k_blocks, row, kb)]);
+}
+
+/* ---- encoding (quantization) ----------------------------------------------
+ * The inverse direction, used by every quantize kernel (csrc/cpu/quantize.c,
+ * csrc/cuda/quantize.cu) and defined in nvfp4_kernels/reference.py. */
+
+/* f's bits (memcpy: a register move in device code too) */
+NVFP4_HD uint32_t nvfp4_float_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  return x;
+}
+
+/* float -> e4m3 byte, round to nearest even, saturating: |f| > 448 gives
+ * +-448 (0x7E / 0xFE), NaN gives 0x7F with f's sign. Subnormals (below 2^-6)
+ * are multiples of 2^-9, rounded the same way. */
+NVFP4_HD uint32_t nvfp4_float_to_e4m3(float f) {
+  uint32_t x = nvfp4_float_bits(f), sign = (x >> 24) & 0x80u;
+  x &= 0x7FFFFFFFu;
+  if (x > 0x7F800000u) return sign | 0x7Fu;        /* NaN */
+  if (x > 0x43E80000u) return sign | 0x7Eu;        /* above 464 (the tie of 448 and 480, which rounds to even 448) */
+  if (x < 0x3C800000u) {                           /* below 2^-6: m * 2^-9, m = 0..8 (8: the smallest normal) */
+    float m = rintf(nvfp4_bits_to_float(x) * 512.0f); /* exact scaling; rintf rounds half to even */
+    return sign | (uint32_t)m;
+  }
+  /* normal: 23 mantissa bits to 3, half to even, carrying into the exponent;
+   * then the exponent rebiased from 127 to 7 */
+  x += 0x7FFFFu + ((x >> 20) & 1u);
+  return sign | ((x >> 20) - (120u << 3));
+}
+
+/* One block of 16 values (x times the global scale g) to NVFP4:
+ *   scale  = e4m3(fp32(fp32(amax(|x|) * g) / 6))     (nvfp4_float_to_e4m3)
+ *   code_i = e2m1 of y_i / scale, y_i = fp32(x_i * g)
+ * where the e2m1 rounding is to nearest even of the exact quotient, saturating
+ * to +-6, with y's sign (a negative y that rounds to 0 gives -0, code 8); a
+ * block whose scale is 0 gets codes 0. The quotient is never formed: each
+ * rounding boundary t (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) times the scale is
+ * exact in fp32 (at most 3 + 4 significant bits, >= 2^-11), so |y| > t * scale
+ * (>= where the tie goes up to the even code: 0.75 -> 1, 1.75 -> 2, 3.5 -> 4)
+ * decides it exactly, without a division per value. codes[j] holds values 2j
+ * (low nibble) and 2j + 1. Decoding gives back x * g to within e2m1's
+ * precision; divide by g (a gemm's alpha) to undo it. */
+NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes[8]) {
+  float amax = 0.0f;
+  for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[i]));
+  const uint32_t sf = nvfp4_float_to_e4m3((amax * g) / 6.0f);
+  const float s = nvfp4_e4m3_to_float(sf);
+  const float t0 = 0.25f * s, t1 = 0.75f * s, t2 = 1.25f * s, t3 = 1.75f * s, t4 = 2.5f * s, t5 = 3.5f * s,
+              t6 = 5.0f * s;
+  for (int j = 0; j < 8; j++) {
+    uint32_t byte = 0;
+    for (int h = 0; h < 2; h++) {
+      const float y = x[2 * j + h] * g, a = fabsf(y);
+      /* the magnitude code, a binary search over the boundaries: bit 2 by t3,
+       * bit 1 by t5 or t1, bit 0 by t6, t4, t2 or t0 */
+      const int b2 = a >= t3, b1 = a >= (b2 ? t5 : t1);
+      const float last = b2 ? (b1 ? t6 : t4) : (b1 ? t2 : t0);
+      const uint32_t m = (uint32_t)(4 * b2 + 2 * b1 + (a > last));
+      const uint32_t code = s != 0.0f ? m | ((nvfp4_float_bits(y) >> 28) & 8u) : 0u;
+      byte |= code << (4 * h);
+    }
+    codes[j] = (uint8_t)byte;
+  }
+  return sf;
 }
 
 /* fp32 -> fp16 bits, round to nearest even, overflow to inf, NaN kept. Host

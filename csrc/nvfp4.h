@@ -65,6 +65,35 @@ typedef struct nvfp4_matmul {
   float alpha;                /* used when alpha_ptr is NULL               */
 } nvfp4_matmul;
 
+/* Quantization to NVFP4 (nvfp4_quantize_block in numerics.h, per 16 values):
+ * x (rows x k float32 / float16 / bfloat16 values in batches, k contiguous,
+ * k a positive multiple of 16) times the global scale -> e2m1 codes and e4m3
+ * scales, written as an operand reads them (data K-major, low nibble first;
+ * scales in either layout). The blocked layout's padding (rows up to a
+ * multiple of 128, scale columns up to a multiple of 4) is written as 0. */
+enum nvfp4_float_type { NVFP4_F32 = 0, NVFP4_F16 = 1, NVFP4_BF16 = 2 };
+
+typedef struct nvfp4_quantize {
+  int64_t rows, k, batch;
+  const void *x;              /* element (l, r, i) at x + l*x_batch_stride + r*x_row_stride + i */
+  int32_t x_type;             /* enum nvfp4_float_type                          */
+  int64_t x_batch_stride;     /* elements                                       */
+  int64_t x_row_stride;       /* elements                                       */
+  uint8_t *data;              /* codes: as nvfp4_operand.data                   */
+  int64_t data_batch_stride;  /* bytes                                          */
+  int64_t data_row_stride;    /* bytes                                          */
+  uint8_t *sf;                /* scales: as nvfp4_operand.sf                    */
+  int64_t sf_batch_stride;    /* bytes                                          */
+  int64_t sf_row_stride;      /* bytes (LINEAR only)                            */
+  int32_t sf_layout;          /* enum nvfp4_sf_layout                           */
+  const float *scale_ptr;     /* NULL, or the global scale in the kernel's memory */
+  float scale;                /* the global scale when scale_ptr is NULL        */
+} nvfp4_quantize;
+
+/* CPU (x_type NVFP4_F32 only): rows [r0, r1) of every batch, and the
+ * padding rows among them (blocked: r1 may reach the padded row count). */
+nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1);
+
 /* CPU: rows [m0, m1) and columns [n0, n1) of every batch of one problem.
  * Thread-safe for disjoint ranges, so the caller can split the work. */
 nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
@@ -99,6 +128,9 @@ typedef void *(*nvfp4_workspace_fn)(size_t bytes, void *ctx);
  * measured faster (csrc/cuda/skinny.cu). */
 nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace, void *ctx,
                                   cudaStream_t stream);
+
+/* Quantization on `stream` (any x_type), no host synchronisation. */
+nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);
 
 /* Which kernel nvfp4_matmul_cuda would run for a single problem (for tests
  * and benchmarks): a static string such as "gemv_dp4a" or "simt". */

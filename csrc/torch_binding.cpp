@@ -23,9 +23,11 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cmath>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nvfp4.h"
@@ -498,6 +500,96 @@ void competition_dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, 
              std::nullopt, harness_rows(op, "c", c, -1, true));
 }
 
+/* Quantization: x [K], [R, K] or [L, R, K] (float32, float16 or bfloat16, K
+ * contiguous, any other strides) -> (codes uint8 [..., K/2], scales
+ * float8_e4m3fn linear [..., K/16] or blocked [L?, ceil(R/128), ceil(K/64),
+ * 32, 4, 4]), the shapes the ops above take (x [K]: gemv's vector). Values are
+ * x * global_scale (nvfp4_quantize_block in numerics.h). */
+std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor> &global_scale, bool blocked) {
+  const char *op = "nvfp4.quantize";
+  const at::ScalarType type = x.scalar_type();
+  TORCH_CHECK_TYPE(type == at::kFloat || type == at::kHalf || type == at::kBFloat16, op,
+                   ": x must be float32, float16 or bfloat16, got ", type);
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.dim() <= 3, op, ": x must be [K], [R, K] or [L, R, K], got shape ", x.sizes());
+  const int64_t K = x.size(-1);
+  TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (x.shape[-1] = ", K,
+                    ") must be a positive multiple of 16 (one e4m3 scale per 16 values)");
+  TORCH_CHECK_VALUE(x.stride(-1) == 1 || K == 1, op, ": x must be contiguous along K (last-dim stride 1), got strides ",
+                    x.strides());
+  TORCH_CHECK_VALUE(x.device().is_cpu() || x.device().is_cuda(), op, ": tensors on ", x.device(),
+                    " are not supported (CPU or CUDA)");
+  const bool batched = x.dim() == 3, rows_dim = x.dim() >= 2;
+  const int64_t L = batched ? x.size(0) : 1, R = rows_dim ? x.size(-2) : 1, KB = K / 16;
+
+  nvfp4_quantize q{};
+  q.rows = R, q.k = K, q.batch = L;
+  q.scale = 1.0f;
+  if (global_scale) {
+    const Tensor &g = *global_scale;
+    TORCH_CHECK_TYPE(g.scalar_type() == at::kFloat, op, ": global_scale must be a float32 tensor, got ",
+                     g.scalar_type());
+    TORCH_CHECK_VALUE(g.numel() == 1, op, ": global_scale must hold one value, got shape ", g.sizes());
+    if (g.device().is_cpu()) {
+      q.scale = g.item<float>();  // host memory: no synchronisation
+      TORCH_CHECK_VALUE(std::isfinite(q.scale) && q.scale > 0.0f, op, ": global_scale must be finite and positive, got ",
+                        q.scale);
+    } else {
+      TORCH_CHECK_VALUE(g.device() == x.device(), op, ": global_scale is on ", g.device(), " but x is on ", x.device());
+      q.scale_ptr = g.const_data_ptr<float>();
+    }
+  }
+
+  c10::SmallVector<int64_t, 6> data_shape(x.sizes().begin(), x.sizes().end()), sf_shape;
+  data_shape.back() = K / 2;
+  const int64_t rb = (R + 127) / 128, kb4 = (KB + 3) / 4;
+  if (blocked) {
+    if (batched) sf_shape.push_back(L);
+    for (int64_t d : {rb, kb4, (int64_t)32, (int64_t)4, (int64_t)4}) sf_shape.push_back(d);
+  } else {
+    sf_shape.assign(x.sizes().begin(), x.sizes().end());
+    sf_shape.back() = KB;
+  }
+  Tensor data = at::empty(data_shape, x.options().dtype(at::kByte));
+  Tensor sf = at::empty(sf_shape, x.options().dtype(at::kFloat8_e4m3fn));
+  q.data = data.mutable_data_ptr<uint8_t>();
+  q.data_row_stride = K / 2, q.data_batch_stride = R * (K / 2);
+  q.sf = static_cast<uint8_t *>(sf.data_ptr());
+  q.sf_layout = blocked ? NVFP4_SF_BLOCKED : NVFP4_SF_LINEAR;
+  q.sf_row_stride = blocked ? 0 : KB;
+  q.sf_batch_stride = blocked ? rb * kb4 * 512 : R * KB;
+  if (R == 0 || L == 0) return {data, sf};
+  const int64_t rows_pad = blocked ? rb * 128 : R; /* the scale rows written, padding included */
+
+  if (x.device().is_cpu()) {
+#ifdef NVFP4_NO_CPU
+    TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
+#else
+    const Tensor x32 = x.to(at::kFloat).contiguous();  // the C kernel reads float32 (fp16 / bf16 convert exactly)
+    q.x = x32.const_data_ptr<float>(), q.x_type = NVFP4_F32;
+    q.x_row_stride = K, q.x_batch_stride = R * K;
+    std::atomic<int> status{NVFP4_OK};
+    at::parallel_for(0, rows_pad, 16, [&](int64_t r0, int64_t r1) {
+      const nvfp4_status st = nvfp4_quantize_cpu(&q, r0, r1);
+      if (st != NVFP4_OK) status = st;
+    });
+    TORCH_CHECK(status == NVFP4_OK, op, ": CPU kernel failed: ", status_text((nvfp4_status)status.load()));
+#endif
+    return {data, sf};
+  }
+#ifdef NVFP4_WITH_CUDA
+  c10::cuda::CUDAGuard guard(x.device());
+  q.x = x.const_data_ptr();
+  q.x_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  q.x_row_stride = rows_dim ? x.stride(-2) : 0, q.x_batch_stride = batched ? x.stride(0) : 0;
+  const nvfp4_status st = nvfp4_quantize_cuda(&q, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st),
+              st == NVFP4_ERR_CUDA ? std::string(" (") + cudaGetErrorString(cudaGetLastError()) + ")" : "");
+#else
+  TORCH_CHECK_VALUE(false, op, ": this build of nvfp4_kernels has no CUDA kernels (built CPU-only)");
+#endif
+  return {data, sf};
+}
+
 }  // namespace
 
 /* The op namespace: nvfp4, or another name for a bundle built beside an
@@ -523,6 +615,7 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
         "Tensor(a!) c) -> ()");
   m.def("competition_dual_gemm(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, "
         "Tensor sfa_perm, Tensor sfb1_perm, Tensor sfb2_perm, Tensor(a!) c) -> ()");
+  m.def("quantize(Tensor x, Tensor? global_scale=None, bool blocked=False) -> (Tensor, Tensor)");
 }
 
 #define NVFP4_IMPLS(m)                        \
@@ -536,7 +629,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("group_gemm_out", &group_gemm_out);  \
   m.impl("competition_group_gemm", &competition_group_gemm); \
   m.impl("competition_gemm", &competition_gemm);             \
-  m.impl("competition_dual_gemm", &competition_dual_gemm);
+  m.impl("competition_dual_gemm", &competition_dual_gemm);    \
+  m.impl("quantize", &quantize);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

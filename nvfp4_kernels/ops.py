@@ -70,6 +70,23 @@ def group_gemm(
     return list(outs)
 
 
+def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear"):
+    """x (float32 / float16 / bfloat16, [K], [R, K] or [L, R, K], K a multiple of 16 and
+    contiguous) -> (codes, scales) of x * global_scale, as the ops above take them.
+
+    Per 16 values along K: scale = e4m3(amax * global_scale / 6), codes = e2m1(x * global_scale /
+    scale), each rounded to nearest even and saturated (reference.quantize is the definition).
+    codes: uint8 [..., K/2] (low nibble first; .view(torch.float4_e2m1fn_x2) if wanted); scales:
+    float8_e4m3fn, linear [..., K/16] or, with sf_layout="blocked", [L?, ceil(R/128), ceil(K/64),
+    32, 4, 4] with zero padding. global_scale: None (1), a positive float, or a one-element
+    float32 tensor (on the device: no sync). A gemm of two quantized operands takes
+    alpha = 1 / (global_scale_a * global_scale_b). Non-finite values give unspecified codes.
+    """
+    if sf_layout not in ("linear", "blocked"):
+        raise ValueError(f'nvfp4.quantize: sf_layout must be "linear" or "blocked", got {sf_layout!r}')
+    return torch.ops.nvfp4.quantize(x, _alpha(global_scale), sf_layout == "blocked")
+
+
 # ---- fake implementations (shapes only) --------------------------------------
 # A call that mixes meta tensors with real ones lands here too, so the one check
 # that cannot wait for the real kernel is made here as well: one device.
@@ -107,6 +124,18 @@ def _(a, b1, b2, sfa, sfb1, sfb2):
 def _(as_, bs, sfas, sfbs):
     _one_device("group_gemm", (*as_, *bs, *sfas, *sfbs))
     return [a.new_empty(_mm_shape(a, b, False), dtype=torch.float16) for a, b in zip(as_, bs)]
+
+
+@torch.library.register_fake("nvfp4::quantize")
+def _(x, global_scale=None, blocked=False):
+    # global_scale may be a CPU scalar next to a device tensor
+    k = x.shape[-1]
+    data = x.new_empty((*x.shape[:-1], k // 2), dtype=torch.uint8)
+    if not blocked:
+        return data, x.new_empty((*x.shape[:-1], k // 16), dtype=torch.float8_e4m3fn)
+    rows = x.shape[-2] if x.dim() >= 2 else 1
+    lead = (x.shape[0],) if x.dim() == 3 else ()
+    return data, x.new_empty((*lead, -(-rows // 128), -(-k // 64), 32, 4, 4), dtype=torch.float8_e4m3fn)
 
 
 def _register_out_fake(name):

@@ -7,6 +7,7 @@ sums are formed in float64 (exact for any K a test uses: products have at most
     value(r, k) = E2M1[code(r, k)] * e4m3(scale(r, k // 16))
     gemm        = fp16(alpha * A @ B^T)
     dual_gemm   = fp16(silu(fp32(A @ B1^T)) * fp32(A @ B2^T))   (silu, product in fp32)
+    quantize    = per 16 values: scale = e4m3(amax * g / 6), code = e2m1(x * g / scale)  (see quantize)
 
 A kernel that accumulates in fp32 differs from this only by its fp32 rounding;
 tests bound that (see tests/conftest.py). Format background: NVIDIA's block
@@ -20,7 +21,7 @@ from typing import Sequence
 
 import torch
 
-from .layouts import as_bytes, from_blocked, unpack_fp4
+from .layouts import as_bytes, from_blocked, pack_fp4, to_blocked, unpack_fp4
 
 BLOCK = 16  # values per e4m3 scale
 E2M1_MAX = 6.0
@@ -86,3 +87,42 @@ def dual_gemm(a, b1, b2, sfa, sfb1, sfb2) -> torch.Tensor:
 def group_gemm(as_: Sequence, bs: Sequence, sfas: Sequence, sfbs: Sequence) -> list:
     return [gemm(a, b, sfa, sfb) for a, b, sfa, sfb in zip(as_, bs, sfas, sfbs)]
 
+
+
+# e2m1 round-to-nearest-even boundaries: |v| above (or from) each adds one to the magnitude code.
+# Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4.
+_E2M1_UP = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
+
+
+def encode_e2m1(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """uint8 e2m1 codes of the exact quotients y / scale (float32, scale > 0): round to nearest
+    even, saturate to +-6, y's sign bit kept (-0 -> 8). Each boundary times the scale is exact in
+    float32 (e4m3 scales have 4 significant bits), so |y| is compared with it, no division."""
+    a = y.abs()
+    m = torch.zeros(y.shape, dtype=torch.uint8, device=y.device)
+    for edge, inclusive in _E2M1_UP:
+        m += (a >= edge * scale if inclusive else a > edge * scale).to(torch.uint8)
+    return m | (torch.signbit(y).to(torch.uint8) << 3)
+
+
+def quantize(x: torch.Tensor, global_scale=None, sf_layout: str = "linear"):
+    """The definition of ops.quantize: x [..., K] -> (codes uint8 [..., K/2], e4m3 scales).
+
+    Per 16 values along K, with g = global_scale (default 1) and float32 rounded to nearest:
+        scale = e4m3(fp32(fp32(amax(|x|) * g) / 6))   (nearest even, saturating at 448)
+        code  = e2m1(y / scale), y = fp32(x * g)      (the exact quotient to nearest even,
+                                                       saturating at 6; 0 where the scale is 0)
+    torch's float8_e4m3fn cast rounds to nearest even; values are clamped to 448 first, as the
+    kernels saturate.
+    """
+    k = x.shape[-1]
+    g = torch.as_tensor(1.0 if global_scale is None else global_scale, dtype=torch.float32, device=x.device)
+    blocks = x.to(torch.float32).unflatten(-1, (k // BLOCK, BLOCK))
+    amax = blocks.abs().amax(-1)
+    sf = ((amax * g) / 6).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
+    s = sf.to(torch.float32).unsqueeze(-1)
+    codes = torch.where(s == 0, 0, encode_e2m1(blocks * g, s).to(torch.int32)).to(torch.uint8)
+    data = pack_fp4(codes.flatten(-2))
+    if sf_layout == "blocked":  # a vector [K] is one row
+        sf = to_blocked(sf if x.dim() >= 2 else sf.unsqueeze(0), pad=0)
+    return data, sf

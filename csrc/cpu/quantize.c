@@ -1,0 +1,35 @@
+/*
+ * cpu/quantize.c - float32 values to NVFP4 on the CPU, in C.
+ *
+ * Rows [r0, r1) of every batch, 16 values at a time through
+ * nvfp4_quantize_block (numerics.h), the definition every quantize kernel
+ * shares. The torch binding converts float16 / bfloat16 input to float32
+ * first (exact) and splits the rows across its thread pool. Memory-bound:
+ * 4 bytes read and 0.5625 written per value.
+ */
+#include "../numerics.h"
+
+nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1) {
+  if (q->x_type != NVFP4_F32 || q->k <= 0 || q->k % 16) return NVFP4_ERR_INVALID;
+  const int blocked = q->sf_layout == NVFP4_SF_BLOCKED;
+  const int64_t k_blocks = q->k / 16;
+  /* the scale grid written: the blocked layout's padding too */
+  const int64_t kb_pad = blocked ? (k_blocks + 3) / 4 * 4 : k_blocks;
+  const float g = q->scale_ptr ? *q->scale_ptr : q->scale;
+  for (int64_t l = 0; l < q->batch; l++) {
+    const float *xl = (const float *)q->x + l * q->x_batch_stride;
+    uint8_t *sf = q->sf + l * q->sf_batch_stride;
+    for (int64_t r = r0; r < r1; r++) {
+      for (int64_t kb = 0; kb < kb_pad; kb++) {
+        uint8_t *sf_at = sf + nvfp4_sf_offset(q->sf_layout, q->sf_row_stride, k_blocks, r, kb);
+        if (r >= q->rows || kb >= k_blocks) { /* padding */
+          *sf_at = 0;
+          continue;
+        }
+        uint8_t *codes = q->data + l * q->data_batch_stride + r * q->data_row_stride + kb * 8;
+        *sf_at = (uint8_t)nvfp4_quantize_block(xl + r * q->x_row_stride + kb * 16, g, codes);
+      }
+    }
+  }
+  return NVFP4_OK;
+}

@@ -1,0 +1,147 @@
+/*
+ * quantize.cu - float32 / float16 / bfloat16 values to NVFP4 on the GPU
+ * (sm_80+): the activations' quantization before each layer's gemm.
+ *
+ * Dataflow: a warp takes 128 consecutive scale columns kb of one row r of
+ * the scale grid (32 where the input is small), the blocked layout's padding
+ * included (written as 0), each lane four of them, 32 apart; per column its
+ * 16 values from global memory into registers (two or four 16-byte loads
+ * where rows are 16-byte aligned), nvfp4_quantize_block (numerics.h: the
+ * definition every quantize kernel shares), one 8-byte store of the codes and
+ * one byte of scale. Each load instruction of a warp reads 32 consecutive
+ * blocks, 1 KB of 16-bit input; each store writes 256 contiguous bytes of
+ * codes.
+ *
+ * Speed of light: bytes / copy bandwidth, 2 bytes read and 0.5625 written per
+ * value of 16-bit input (a 128 x 7168 bf16 activation: 2.4 MB, ~0.8 us on an
+ * H100, so a single call is launch-bound). Per value the block costs a
+ * product, three compares with the block's rounding boundaries (a binary
+ * search) and the packing, no division (numerics.h); the item's index two
+ * 32-bit divisions per 64 values.
+ */
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common.cuh"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* The 16 values at p as floats; VEC: p is 16-byte aligned. (Loading all of a
+ * lane's four blocks before quantizing any took 128 registers and measured
+ * 3-6% slower on large inputs, H100.) */
+template <typename T, bool VEC>
+__device__ __forceinline__ void load16(const T *p, float (&x)[16]) {
+  if constexpr (VEC) {
+    constexpr int PER_LOAD = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < 16 / PER_LOAD; c++) {
+      const uint4 u = __ldg(reinterpret_cast<const uint4 *>(p) + c);
+      const T *v = reinterpret_cast<const T *>(&u);
+#pragma unroll
+      for (int i = 0; i < PER_LOAD; i++) x[c * PER_LOAD + i] = to_float<T>(v[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; i++) x[i] = to_float<T>(p[i]);
+  }
+}
+
+/* A warp's item: 32 * PER consecutive scale columns of one row (PER per
+ * lane, lanes adjacent: each load instruction covers 32 consecutive blocks).
+ * The row's bases are computed once per item; the index arithmetic, 32-bit
+ * divisions wherever the items fit in I = int32_t (a 64-bit one is a
+ * subroutine of ~70 instructions), is shared by PER blocks. PER = 4 where
+ * the launch has enough such items, else 1. */
+template <typename T, bool VEC, typename I, int PER>
+__global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize q, I rows_pad, I kb_pad) {
+  constexpr int CHUNK = 32 * PER;
+  const int64_t k_blocks = q.k / 16;
+  const I chunks = (kb_pad + CHUNK - 1) / CHUNK, items = (I)q.batch * rows_pad * chunks;
+  const float g = q.scale_ptr ? *q.scale_ptr : q.scale;
+  const int lane = threadIdx.x % 32;
+  const I warps = (I)gridDim.x * (THREADS / 32);
+  for (I w = (I)blockIdx.x * (THREADS / 32) + threadIdx.x / 32; w < items; w += warps) {
+    const I lr = w / chunks, chunk = w - lr * chunks, l = lr / rows_pad, r = lr - l * rows_pad;
+    const T *x_row = static_cast<const T *>(q.x) + l * q.x_batch_stride + r * q.x_row_stride;
+    uint8_t *data_row = q.data + l * q.data_batch_stride + r * q.data_row_stride;
+    uint8_t *sf_row = q.sf + l * q.sf_batch_stride + nvfp4_sf_offset(q.sf_layout, q.sf_row_stride, k_blocks, r, 0);
+    const int kb0 = (int)(chunk * CHUNK) + lane; /* < 2^28: K < 2^32 */
+    const bool pad_row = r >= q.rows;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+      const int kb = kb0 + 32 * j;
+      if (kb >= kb_pad) break;
+      uint8_t *sf = sf_row + nvfp4_sf_offset(q.sf_layout, 0, k_blocks, 0, kb);
+      if (pad_row || kb >= k_blocks) { /* the blocked layout's padding */
+        *sf = 0;
+        continue;
+      }
+      float x[16];
+      load16<T, VEC>(x_row + (int64_t)kb * 16, x);
+      uint8_t codes[8];
+      *sf = (uint8_t)nvfp4_quantize_block(x, g, codes);
+      uint2 packed;
+      memcpy(&packed, codes, 8);
+      *reinterpret_cast<uint2 *>(data_row + (int64_t)kb * 8) = packed;
+    }
+  }
+}
+
+template <typename T, typename I, int PER>
+void launch_per(const nvfp4_quantize &q, bool vec, int64_t ctas, I rows_pad, I kb_pad, cudaStream_t stream) {
+  auto kernel = vec ? quantize_kernel<T, true, I, PER> : quantize_kernel<T, false, I, PER>;
+  kernel<<<(unsigned)ctas, THREADS, 0, stream>>>(q, rows_pad, kb_pad);
+}
+
+template <typename T>
+cudaError_t launch(const nvfp4_quantize &q, cudaStream_t stream) {
+  constexpr int WARPS = THREADS / 32;
+  const bool blocked = q.sf_layout == NVFP4_SF_BLOCKED;
+  const int64_t k_blocks = q.k / 16;
+  const int64_t rows_pad = blocked ? (q.rows + 127) / 128 * 128 : q.rows, kb_pad = blocked ? (k_blocks + 3) / 4 * 4 : k_blocks;
+  /* a warp per 128 columns of a row where that still gives every SM 64 warps' work, else per 32 */
+  const int sms = device_info().sms;
+  const bool four = q.batch * rows_pad * ((kb_pad + 127) / 128) >= (int64_t)sms * 64;
+  const int64_t items = q.batch * rows_pad * ((kb_pad + (four ? 127 : 31)) / (four ? 128 : 32));
+  if (items == 0) return cudaSuccess;
+  const int64_t ctas = std::min<int64_t>((items + WARPS - 1) / WARPS, (int64_t)sms * 16);
+  const bool vec = aligned(q.x, 16) && (q.x_row_stride * sizeof(T)) % 16 == 0 && (q.x_batch_stride * sizeof(T)) % 16 == 0;
+  /* 32-bit items while the last grid-stride step stays below 2^31 */
+  if (items + ctas * WARPS <= INT32_MAX && kb_pad <= INT32_MAX) {
+    if (four) launch_per<T, int32_t, 4>(q, vec, ctas, (int32_t)rows_pad, (int32_t)kb_pad, stream);
+    else launch_per<T, int32_t, 1>(q, vec, ctas, (int32_t)rows_pad, (int32_t)kb_pad, stream);
+  } else {
+    if (four) launch_per<T, int64_t, 4>(q, vec, ctas, rows_pad, kb_pad, stream);
+    else launch_per<T, int64_t, 1>(q, vec, ctas, rows_pad, kb_pad, stream);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream) {
+  if (q->k <= 0 || q->k % 16 || q->rows < 0 || q->batch < 0 || !aligned(q->data, 8) || q->data_row_stride % 8 ||
+      q->data_batch_stride % 8)
+    return NVFP4_ERR_INVALID;
+  cudaError_t e;
+  switch (q->x_type) {
+    case NVFP4_F32: e = launch<float>(*q, stream); break;
+    case NVFP4_F16: e = launch<__half>(*q, stream); break;
+    case NVFP4_BF16: e = launch<__nv_bfloat16>(*q, stream); break;
+    default: return NVFP4_ERR_INVALID;
+  }
+  return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}
