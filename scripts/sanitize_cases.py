@@ -93,6 +93,16 @@ def main():
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout="linear")
         bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+    # quantize (csrc/cuda/quantize.cu): a warp per 32 columns (small) and per 128 (4300 rows), rows 8 bytes off
+    # 16-byte alignment (scalar loads), the blocked layout's padding rows and columns, a device global scale
+    for shape, dtype, lay in [((2, 7, 80), torch.bfloat16, "blocked"), ((4300, 2048), torch.float16, "linear"),
+                              ((130, 1040), torch.float32, "blocked")]:
+        x = (torch.randn(shape, generator=gen) * 10).to(dtype).to(dev)
+        g = torch.tensor(0.5, device=dev)
+        for xs in (x, x[..., 4:-12] if dtype != torch.float32 else x[..., 2:-14]):
+            got, want = nk.quantize(xs, global_scale=g, sf_layout=lay), reference.quantize(xs.cpu(), 0.5, lay)
+            bad += not (torch.equal(got[0].cpu(), want[0]) and
+                        torch.equal(got[1].cpu().view(torch.uint8), want[1].view(torch.uint8)))
     torch.cuda.synchronize()
     print(f"sanitize cases: {bad} wrong results")
     raise SystemExit(1 if bad else 0)
