@@ -80,7 +80,8 @@ def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear"):
     float8_e4m3fn, linear [..., K/16] or, with sf_layout="blocked", [L?, ceil(R/128), ceil(K/64),
     32, 4, 4] with zero padding. global_scale: None (1), a positive float, or a one-element
     float32 tensor (on the device: no sync). A gemm of two quantized operands takes
-    alpha = 1 / (global_scale_a * global_scale_b). Non-finite values give unspecified codes.
+    alpha = 1 / (global_scale_a * global_scale_b). A NaN makes its block's scale NaN (the block
+    decodes to NaN); +-inf saturates to +-6 times a scale of 448.
     """
     if sf_layout not in ("linear", "blocked"):
         raise ValueError(f'nvfp4.quantize: sf_layout must be "linear" or "blocked", got {sf_layout!r}')

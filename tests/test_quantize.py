@@ -76,6 +76,20 @@ def test_every_scale_and_tie(device):
     assert codes[:7].tolist() == want and codes[32:39].tolist() == [c | 8 for c in want]
 
 
+def test_non_finite_values(device, gen):
+    """A NaN gives its block a NaN scale (NaN when decoded), +-inf saturates; other blocks as usual."""
+    x = wide_values((3, 64), gen, torch.float32)
+    x[0, 5], x[1, 17], x[1, 40], x[2, 63] = float("nan"), float("inf"), -float("inf"), float("nan")
+    x[2, 62] = -float("inf")
+    for layout in ("linear", "blocked"):
+        got = nk.quantize(x.to(device), global_scale=0.25, sf_layout=layout)
+        assert_same_bytes(got, reference.quantize(x, 0.25, layout), f"non-finite, {layout}, on {device}")
+    d, s = nk.quantize(x.to(device))
+    deq = reference.dequantize(d.cpu(), s.cpu())
+    assert deq[0, :16].isnan().all() and deq[2, 48:].isnan().all() and not deq[0, 16:].isnan().any()
+    assert deq[1, 17] == 6 * 448 and deq[1, 40] == -6 * 448
+
+
 def test_inverse_of_dequantize(device, gen):
     """Blocks holding a +-6 code decode to values that quantize back to the same bytes."""
     codes = torch.randint(0, 16, (2, 37, 160), generator=gen, dtype=torch.uint8)
