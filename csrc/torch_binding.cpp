@@ -514,7 +514,7 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
   const int64_t K = x.size(-1);
   TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (x.shape[-1] = ", K,
                     ") must be a positive multiple of 16 (one e4m3 scale per 16 values)");
-  TORCH_CHECK_VALUE(x.stride(-1) == 1 || K == 1, op, ": x must be contiguous along K (last-dim stride 1), got strides ",
+  TORCH_CHECK_VALUE(x.stride(-1) == 1, op, ": x must be contiguous along K (last-dim stride 1), got strides ",
                     x.strides());
   TORCH_CHECK_VALUE(x.device().is_cpu() || x.device().is_cuda(), op, ": tensors on ", x.device(),
                     " are not supported (CPU or CUDA)");

@@ -78,11 +78,11 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
     const T *x_row = static_cast<const T *>(q.x) + l * q.x_batch_stride + r * q.x_row_stride;
     uint8_t *data_row = q.data + l * q.data_batch_stride + r * q.data_row_stride;
     uint8_t *sf_row = q.sf + l * q.sf_batch_stride + nvfp4_sf_offset(q.sf_layout, q.sf_row_stride, k_blocks, r, 0);
-    const int kb0 = (int)(chunk * CHUNK) + lane; /* < 2^28: K < 2^32 */
+    const I kb0 = chunk * CHUNK + lane;
     const bool pad_row = r >= q.rows;
 #pragma unroll
     for (int j = 0; j < PER; j++) {
-      const int kb = kb0 + 32 * j;
+      const I kb = kb0 + 32 * j;
       if (kb >= kb_pad) break;
       uint8_t *sf = sf_row + nvfp4_sf_offset(q.sf_layout, 0, k_blocks, 0, kb);
       if (pad_row || kb >= k_blocks) { /* the blocked layout's padding */
