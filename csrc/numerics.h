@@ -1,10 +1,13 @@
 /*
- * numerics.h - the one home of NVFP4 decoding and scale addressing.
+ * numerics.h - the one home of NVFP4 decoding, encoding (quantization) and
+ * scale addressing.
  *
  * Shared by the C CPU kernels (plain C99) and every CUDA kernel. The scalar
  * functions are exact by construction and serve as the definition the fast
  * device decoders below are tested against (tests/test_numerics.py runs every
- * code through both).
+ * code through both); the encoder nvfp4_quantize_block is the one both
+ * quantize kernels run (tests/test_quantize.py checks it against
+ * nvfp4_kernels/reference.py byte for byte).
  *
  *   e2m1 (fp4): s e1 e0 m. Codes 0..7 = +{0, .5, 1, 1.5, 2, 3, 4, 6}, 8..15 the
  *               same negated (8 is -0). No inf, no NaN.
