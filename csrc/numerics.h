@@ -71,6 +71,17 @@ NVFP4_HD int64_t nvfp4_sf_offset(int32_t layout, int64_t row_stride, int64_t k_b
   return (atom << 9) + ((row & 31) << 4) + (((row >> 5) & 3) << 2) + (kb & 3);
 }
 
+/* The scale grid a layout stores for `rows` rows of k_blocks scales: the
+ * blocked layout pads rows to a multiple of 128 and columns to a multiple of
+ * 4 (never read; the quantize kernels write the padding as 0). A batch holds
+ * nvfp4_sf_grid_rows * nvfp4_sf_grid_cols bytes in either layout. */
+NVFP4_HD int64_t nvfp4_sf_grid_rows(int32_t layout, int64_t rows) {
+  return layout == NVFP4_SF_LINEAR ? rows : (rows + 127) / 128 * 128;
+}
+NVFP4_HD int64_t nvfp4_sf_grid_cols(int32_t layout, int64_t k_blocks) {
+  return layout == NVFP4_SF_LINEAR ? k_blocks : (k_blocks + 3) / 4 * 4;
+}
+
 /* Scale (row, kb) of batch l of an operand, as a float. */
 NVFP4_HD float nvfp4_scale(const nvfp4_operand *op, int64_t k_blocks, int64_t l, int64_t row, int64_t kb) {
   const uint8_t *sf = op->sf + l * op->sf_batch_stride;
@@ -96,7 +107,8 @@ NVFP4_HD float nvfp4_fmax_nan(float a, float b) {
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
   return d;
 #else
-  return a != a || b > a || b != b ? (a != a ? a : b) : a;
+  if (a != a) return a;
+  return b > a || b != b ? b : a;
 #endif
 }
 

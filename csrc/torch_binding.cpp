@@ -30,7 +30,7 @@
 #include <tuple>
 #include <vector>
 
-#include "nvfp4.h"
+#include "numerics.h" /* nvfp4.h, and the scale grid of the quantize op's outputs */
 
 #ifdef NVFP4_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -539,12 +539,14 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
     }
   }
 
+  const int32_t layout = blocked ? NVFP4_SF_BLOCKED : NVFP4_SF_LINEAR;
+  /* the scale grid written, the blocked layout's padding included */
+  const int64_t grid_rows = nvfp4_sf_grid_rows(layout, R), grid_cols = nvfp4_sf_grid_cols(layout, KB);
   c10::SmallVector<int64_t, 6> data_shape(x.sizes().begin(), x.sizes().end()), sf_shape;
   data_shape.back() = K / 2;
-  const int64_t rb = (R + 127) / 128, kb4 = (KB + 3) / 4;
   if (blocked) {
     if (batched) sf_shape.push_back(L);
-    for (int64_t d : {rb, kb4, (int64_t)32, (int64_t)4, (int64_t)4}) sf_shape.push_back(d);
+    for (int64_t d : {grid_rows / 128, grid_cols / 4, (int64_t)32, (int64_t)4, (int64_t)4}) sf_shape.push_back(d);
   } else {
     sf_shape.assign(x.sizes().begin(), x.sizes().end());
     sf_shape.back() = KB;
@@ -554,11 +556,10 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
   q.data = data.mutable_data_ptr<uint8_t>();
   q.data_row_stride = K / 2, q.data_batch_stride = R * (K / 2);
   q.sf = static_cast<uint8_t *>(sf.data_ptr());
-  q.sf_layout = blocked ? NVFP4_SF_BLOCKED : NVFP4_SF_LINEAR;
+  q.sf_layout = layout;
   q.sf_row_stride = blocked ? 0 : KB;
-  q.sf_batch_stride = blocked ? rb * kb4 * 512 : R * KB;
+  q.sf_batch_stride = grid_rows * grid_cols;
   if (R == 0 || L == 0) return {data, sf};
-  const int64_t rows_pad = blocked ? rb * 128 : R; /* the scale rows written, padding included */
 
   if (x.device().is_cpu()) {
 #ifdef NVFP4_NO_CPU
@@ -568,7 +569,7 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
     q.x = x32.const_data_ptr<float>(), q.x_type = NVFP4_F32;
     q.x_row_stride = K, q.x_batch_stride = R * K;
     std::atomic<int> status{NVFP4_OK};
-    at::parallel_for(0, rows_pad, 16, [&](int64_t r0, int64_t r1) {
+    at::parallel_for(0, grid_rows, 16, [&](int64_t r0, int64_t r1) {
       const nvfp4_status st = nvfp4_quantize_cpu(&q, r0, r1);
       if (st != NVFP4_OK) status = st;
     });

@@ -88,7 +88,6 @@ def group_gemm(as_: Sequence, bs: Sequence, sfas: Sequence, sfbs: Sequence) -> l
     return [gemm(a, b, sfa, sfb) for a, b, sfa, sfb in zip(as_, bs, sfas, sfbs)]
 
 
-
 # e2m1 round-to-nearest-even boundaries: |v| above (or from) each adds one to the magnitude code.
 # Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4.
 _E2M1_UP = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))

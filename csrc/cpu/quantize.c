@@ -11,10 +11,8 @@
 
 nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1) {
   if (q->x_type != NVFP4_F32 || q->k <= 0 || q->k % 16) return NVFP4_ERR_INVALID;
-  const int blocked = q->sf_layout == NVFP4_SF_BLOCKED;
   const int64_t k_blocks = q->k / 16;
-  /* the scale grid written: the blocked layout's padding too */
-  const int64_t kb_pad = blocked ? (k_blocks + 3) / 4 * 4 : k_blocks;
+  const int64_t kb_pad = nvfp4_sf_grid_cols(q->sf_layout, k_blocks); /* the blocked layout's padding too */
   const float g = q->scale_ptr ? *q->scale_ptr : q->scale;
   for (int64_t l = 0; l < q->batch; l++) {
     const float *xl = (const float *)q->x + l * q->x_batch_stride;

@@ -109,9 +109,8 @@ void launch_per(const nvfp4_quantize &q, bool vec, int64_t ctas, I rows_pad, I k
 template <typename T>
 cudaError_t launch(const nvfp4_quantize &q, cudaStream_t stream) {
   constexpr int WARPS = THREADS / 32;
-  const bool blocked = q.sf_layout == NVFP4_SF_BLOCKED;
-  const int64_t k_blocks = q.k / 16;
-  const int64_t rows_pad = blocked ? (q.rows + 127) / 128 * 128 : q.rows, kb_pad = blocked ? (k_blocks + 3) / 4 * 4 : k_blocks;
+  /* the scale grid, the blocked layout's padding included */
+  const int64_t rows_pad = nvfp4_sf_grid_rows(q.sf_layout, q.rows), kb_pad = nvfp4_sf_grid_cols(q.sf_layout, q.k / 16);
   /* a warp per 128 columns of a row where that still gives every SM 64 warps' work, else per 32 */
   const int sms = device_info().sms;
   const bool four = q.batch * rows_pad * ((kb_pad + 127) / 128) >= (int64_t)sms * 64;
