@@ -118,7 +118,10 @@ def quantize(x: torch.Tensor, global_scale=None, sf_layout: str = "linear"):
     g = torch.as_tensor(1.0 if global_scale is None else global_scale, dtype=torch.float32, device=x.device)
     blocks = x.to(torch.float32).unflatten(-1, (k // BLOCK, BLOCK))
     amax = blocks.abs().amax(-1)
-    sf = ((amax * g) / 6).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
+    # the division in float64, then rounded once to float32: fp32(amax * g / 6) on every device
+    # (torch's CUDA division by a Python number multiplies by its float32 reciprocal instead, and
+    # one block in ~10^7 of float32 input then rounds to the other e4m3 neighbour)
+    sf = ((amax * g).double() / 6).float().clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
     s = sf.to(torch.float32).unsqueeze(-1)
     codes = torch.where(s == 0, 0, encode_e2m1(blocks * g, s).to(torch.int32)).to(torch.uint8)
     data = pack_fp4(codes.flatten(-2))

@@ -57,7 +57,11 @@ def test_every_scale_and_tie(device):
     big = torch.full_like(mids, 1e9)
     t = torch.cat([e4m3, mids, torch.nextafter(mids, big), torch.nextafter(mids, torch.zeros_like(mids)),
                    torch.tensor([448.0, 464.0, 463.99, 464.01, 480.0, 1e30, 2.0**-10, 3 * 2.0**-11, 1e-30])])
-    amax = t * 6
+    # and maxima 1-3 ulp either side of 6 x each midpoint, where fp32(amax / 6) and
+    # fp32(amax * fp32(1 / 6)) round to different e4m3 neighbours
+    six_mids = (mids[mids > 0] * 6).view(torch.int32)
+    near = torch.cat([six_mids + d for d in (-3, -2, -1, 1, 2, 3)]).view(torch.float32)
+    amax = torch.cat([t * 6, near])
     x = amax[:, None] * torch.linspace(-1, 1, 16)
     x[:, 5] = amax
     ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
@@ -69,8 +73,9 @@ def test_every_scale_and_tie(device):
     y = torch.cat([torch.full((rows.numel() // 15, 1), 6.0), rows.view(-1, 15)], 1)
     for z in (x, y):
         for layout in ("linear", "blocked"):
-            assert_same_bytes(nk.quantize(z.to(device), sf_layout=layout), reference.quantize(z, None, layout),
-                              f"{layout} on {device}")
+            want = reference.quantize(z, None, layout)
+            assert_same_bytes(nk.quantize(z.to(device), sf_layout=layout), want, f"{layout} on {device}")
+            assert_same_bytes(reference.quantize(z.to(device), None, layout), want, f"reference on {device}")
     codes = unpack_fp4(nk.quantize(y.to(device))[0]).cpu()[:, 1:].flatten()[: vals.numel()]
     want = [0, 2, 2, 4, 4, 6, 6]  # the ties, to the even code
     assert codes[:7].tolist() == want and codes[32:39].tolist() == [c | 8 for c in want]
