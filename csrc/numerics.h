@@ -148,8 +148,20 @@ NVFP4_HD uint32_t nvfp4_float_to_e4m3(float f) {
 NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes[8]) {
   float amax = 0.0f; /* NaN once any value is (fmaxf would drop it) */
   for (int i = 0; i < 16; i++) amax = nvfp4_fmax_nan(amax, fabsf(x[i]));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  /* sm_89+: the hardware conversions, the same rounding (nearest even,
+   * saturating at 448, NaN to 0x7F) in two instructions instead of ~75 with
+   * branches; the e4m3 byte is the low one of the pair */
+  uint16_t pair, half;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"((amax * g) / 6.0f));
+  asm("{ .reg .b32 h2; cvt.rn.f16x2.e4m3x2 h2, %1; mov.b32 {%0, _}, h2; }" : "=h"(half) : "h"(pair));
+  const uint32_t sf = pair & 0xFFu;
+  float s;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(s) : "h"(half));
+#else
   const uint32_t sf = nvfp4_float_to_e4m3((amax * g) / 6.0f);
   const float s = nvfp4_e4m3_to_float(sf);
+#endif
 #if defined(__CUDA_ARCH__)
   /* The same codes from the FMA pipe. The compares and selects below run on
    * the ALU pipe, at half the FMA pipe's rate, and bound the quantize kernel
