@@ -18,8 +18,9 @@
  * product, a binary search over the block's rounding boundaries as three
  * saturated fused multiply-adds and the packing as integer multiply-adds,
  * all on the FMA pipe (numerics.h: as compares and selects the search bound
- * the kernel by the ALU pipe at 0.65-0.72 of copy, H100); the item's index
- * two 32-bit divisions per 64 values.
+ * the kernel by the ALU pipe at 0.65-0.72 of copy, H100); per block the
+ * amax, one division and, on sm_89+, the hardware's e4m3 conversions; the
+ * item's index two 32-bit divisions per 64 values.
  */
 #include <cuda_bf16.h>
 
