@@ -131,6 +131,11 @@ NVFP4_HD uint32_t nvfp4_float_to_e4m3(float f) {
   return sign | ((x >> 20) - (120u << 3));
 }
 
+#if defined(__CUDACC__)
+/* the fast device decoder of e4m3 (below, with the others) */
+__device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes);
+#endif
+
 /* One block of 16 values (x times the global scale g) to NVFP4:
  *   scale  = e4m3(fp32(fp32(amax(|x|) * g) / 6))     (nvfp4_float_to_e4m3)
  *   code_i = e2m1 of y_i / scale, y_i = fp32(x_i * g)
@@ -149,15 +154,15 @@ NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes
   float amax = 0.0f; /* NaN once any value is (fmaxf would drop it) */
   for (int i = 0; i < 16; i++) amax = nvfp4_fmax_nan(amax, fabsf(x[i]));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  /* sm_89+: the hardware conversions, the same rounding (nearest even,
-   * saturating at 448, NaN to 0x7F) in two instructions instead of ~75 with
-   * branches; the e4m3 byte is the low one of the pair */
-  uint16_t pair, half;
+  /* sm_89+: the hardware conversion, the same rounding as
+   * nvfp4_float_to_e4m3 for this scale (nearest even, saturating at 448, NaN
+   * to 0x7F) in one instruction instead of ~60 with branches; the e4m3 byte
+   * is the low one of the pair (the high one encodes 0), decoded back by the
+   * device decoder below. */
+  uint16_t pair;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"((amax * g) / 6.0f));
-  asm("{ .reg .b32 h2; cvt.rn.f16x2.e4m3x2 h2, %1; mov.b32 {%0, _}, h2; }" : "=h"(half) : "h"(pair));
   const uint32_t sf = pair & 0xFFu;
-  float s;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(s) : "h"(half));
+  const float s = nvfp4_e4m3x2_to_float2(pair).x;
 #else
   const uint32_t sf = nvfp4_float_to_e4m3((amax * g) / 6.0f);
   const float s = nvfp4_e4m3_to_float(sf);
