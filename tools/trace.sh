@@ -12,5 +12,5 @@ TRACE_DEF=-DNVFP4_TRACE
 [ "${TRACE_PLAIN:-0}" = 1 ] && TRACE_DEF=
 nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA $TRACE_DEF --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
   -gencode=arch=compute_90a,code=sm_90a -Icsrc -o "$BIN" \
-  tools/trace.cu csrc/cuda/dispatch.cu csrc/cuda/gemv.cu csrc/cuda/matmul_sm90.cu csrc/cuda/matmul_simt.cu csrc/cuda/skinny.cu
+  tools/trace.cu csrc/cuda/*.cu  # every kernel file, as tools/trace_ab.sh: a list here fell behind dispatch.cu once
 if [ $# -gt 0 ]; then "$BIN" "$@"; fi
