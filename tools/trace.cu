@@ -24,6 +24,14 @@
  * asks whether a larger carve-out delays the launch). TRACE_DUMP=dir writes
  * each CTA's SM and point times (us after the first entry) as CSV, a file per
  * case.
+ *
+ * TRACE_PRE says what runs between the sweep and the spin kernel, to tell
+ * what a cold call waits on: "code" the same call on operands of its own
+ * (allocated 1 GB further on): the kernel's code is then in L2, its operands
+ * and their page-table entries not; "tlb" a read of one word per 64 KB of the
+ * case's operand buffers: page tables walked, the data still in DRAM. Unset:
+ * nothing (a cold call). Neither moved an M = 128 gemm's start on an H100
+ * (PERF.md, session 44).
  */
 #include <algorithm>
 #include <cstdio>
@@ -115,9 +123,22 @@ extern "C" cudaError_t nvfp4_trace_attach_gemv(unsigned long long *) { return cu
 extern "C" cudaError_t nvfp4_trace_attach_read(unsigned long long *) { return cudaSuccess; }
 #endif
 
+/* TRACE_PRE=tlb: one word per 64 KB of every operand buffer, read after the
+ * sweep (page-table walks done, 0.2% of the lines in L2). */
+__global__ void touch_kernel(const unsigned *p, size_t words, size_t stride, unsigned *sink) {
+  unsigned x = 0;
+  for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * stride; i < words;
+       i += (size_t)gridDim.x * blockDim.x * stride)
+    x ^= __ldcg(p + i);
+  if (x == 0x12345678u) *sink = x;
+}
+
+static std::vector<std::pair<uint8_t *, size_t>> g_buffers;  // this case's operand buffers (TRACE_PRE=tlb)
+
 static uint8_t *random_bytes(size_t n, uint32_t seed, bool scales) {
   uint8_t *p;
   CHECK(cudaMalloc(&p, n));
+  g_buffers.push_back({p, n});
   fill_kernel<<<1024, 256>>>(p, n, seed, scales);
   CHECK(cudaGetLastError());
   return p;
@@ -192,6 +213,9 @@ int main(int argc, char **argv) {
       c.m = v[0], c.n = v[1], c.k = v[2], c.batch = got >= 5 ? v[3] : 1;
     }
     const bool dual = c.kind == "dual";
+    const char *pre_env = getenv("TRACE_PRE");
+    const std::string pre = pre_env ? pre_env : "";
+    g_buffers.clear();
     nvfp4_matmul p = {};
     p.m = c.m, p.n = c.n, p.k = c.k, p.batch = c.batch, p.alpha = 1.f;
     const bool blocked = c.kind != "gemv" && !is_read;
@@ -201,6 +225,17 @@ int main(int argc, char **argv) {
     CHECK(cudaMalloc(&p.c, (size_t)(c.batch * c.m * c.n * 2)));
     p.c_batch_stride = c.m * c.n;
     p.c_row_stride = c.n;
+    const std::vector<std::pair<uint8_t *, size_t>> buffers = g_buffers;
+    nvfp4_matmul pw = p;  // TRACE_PRE=code: the same call on operands 1 GB further on
+    if (pre == "code" && !is_read) {
+      void *spacer;
+      CHECK(cudaMalloc(&spacer, (size_t)1 << 30));
+      pw.a = operand(c.batch, c.m, c.k, 12, blocked);
+      pw.b = operand(c.batch, c.n, c.k, 24, blocked);
+      if (dual) pw.b2 = operand(c.batch, c.n, c.k, 38, blocked);
+      CHECK(cudaMalloc(&pw.c, (size_t)(c.batch * c.m * c.n * 2)));
+      CHECK(cudaFree(spacer));
+    }
     const bool is_gemv = std::string(nvfp4_matmul_cuda_kernel_name(&p)) == "gemv_dp4a";
     const char **names = is_read ? point_names_read : is_gemv ? point_names_gemv : point_names_sm90;
     CHECK(nvfp4_trace_attach_sm90(is_gemv || is_read ? nullptr : trace));
@@ -223,6 +258,15 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
       CHECK(cudaMemset(trace, 0, (size_t)max_ctas * NVFP4_TRACE_SLOTS * 8));
       sweep_kernel<<<4 * sms, 512>>>(sweep, sweep_n, sink);
+      if (pre == "code" && !is_read) {
+        CHECK(nvfp4_trace_attach_sm90(nullptr));
+        CHECK(nvfp4_trace_attach_gemv(nullptr));
+        if (nvfp4_matmul_cuda(&pw, 1, 0) != NVFP4_OK) return 1;
+        CHECK(nvfp4_trace_attach_sm90(is_gemv || is_read ? nullptr : trace));
+        CHECK(nvfp4_trace_attach_gemv(is_gemv && !is_read ? trace : nullptr));
+      } else if (pre == "tlb") {
+        for (const auto &b : buffers) touch_kernel<<<64, 256>>>(reinterpret_cast<const unsigned *>(b.first), b.second / 4, 16384, sink);
+      }
       spin_kernel<<<1, 32>>>((long long)clock_khz * 100);  // ~100 us
       stamp_kernel<<<1, 1>>>(stamps);
       CHECK(cudaEventRecord(e0));
@@ -255,8 +299,8 @@ int main(int argc, char **argv) {
     const std::vector<unsigned long long> &tr = runs[r];
     int ctas = 0;
     while (ctas < max_ctas && tr[(size_t)ctas * NVFP4_TRACE_SLOTS] != 0) ctas++;
-    printf("\n== %s %lldx%lldx%lld L%lld (%s): event %.2f us (min %.2f), %d CTAs\n", c.kind.c_str(), (long long)c.m,
-           (long long)c.n, (long long)c.k, (long long)c.batch, is_read ? "plain read" : nvfp4_matmul_cuda_kernel_name(&p), ms[r] * 1e3,
+    printf("\n== %s%s %lldx%lldx%lld L%lld (%s): event %.2f us (min %.2f), %d CTAs\n", c.kind.c_str(), pre.empty() ? "" : (" pre=" + pre).c_str(),
+           (long long)c.m, (long long)c.n, (long long)c.k, (long long)c.batch, is_read ? "plain read" : nvfp4_matmul_cuda_kernel_name(&p), ms[r] * 1e3,
            ms[order[0]] * 1e3, ctas);
     if (!ctas) continue;
     unsigned long long t0 = ~0ull, tend = 0;
