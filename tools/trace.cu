@@ -238,9 +238,13 @@ int main(int argc, char **argv) {
     }
     const bool is_gemv = std::string(nvfp4_matmul_cuda_kernel_name(&p)) == "gemv_dp4a";
     const char **names = is_read ? point_names_read : is_gemv ? point_names_gemv : point_names_sm90;
-    CHECK(nvfp4_trace_attach_sm90(is_gemv || is_read ? nullptr : trace));
-    CHECK(nvfp4_trace_attach_gemv(is_gemv && !is_read ? trace : nullptr));
-    CHECK(nvfp4_trace_attach_read(is_read ? trace : nullptr));
+    // the trace buffer to the case's kernel (off: to none, for TRACE_PRE=code's untraced call)
+    auto attach = [&](bool on) {
+      CHECK(nvfp4_trace_attach_sm90(on && !is_gemv && !is_read ? trace : nullptr));
+      CHECK(nvfp4_trace_attach_gemv(on && is_gemv && !is_read ? trace : nullptr));
+      CHECK(nvfp4_trace_attach_read(on && is_read ? trace : nullptr));
+    };
+    attach(true);
     const int read_ctas = sms * (getenv("READ_CTAS") ? atoi(getenv("READ_CTAS")) : 4);
     const int read_unroll = getenv("READ_UNROLL") ? atoi(getenv("READ_UNROLL")) : 8;
     const int read_smem = getenv("READ_SMEM") ? atoi(getenv("READ_SMEM")) : 0;  // dynamic smem per CTA (launch cost)
@@ -259,11 +263,9 @@ int main(int argc, char **argv) {
       CHECK(cudaMemset(trace, 0, (size_t)max_ctas * NVFP4_TRACE_SLOTS * 8));
       sweep_kernel<<<4 * sms, 512>>>(sweep, sweep_n, sink);
       if (pre == "code" && !is_read) {
-        CHECK(nvfp4_trace_attach_sm90(nullptr));
-        CHECK(nvfp4_trace_attach_gemv(nullptr));
+        attach(false);
         if (nvfp4_matmul_cuda(&pw, 1, 0) != NVFP4_OK) return 1;
-        CHECK(nvfp4_trace_attach_sm90(is_gemv || is_read ? nullptr : trace));
-        CHECK(nvfp4_trace_attach_gemv(is_gemv && !is_read ? trace : nullptr));
+        attach(true);
       } else if (pre == "tlb") {
         for (const auto &b : buffers) touch_kernel<<<64, 256>>>(reinterpret_cast<const unsigned *>(b.first), b.second / 4, 16384, sink);
       }
