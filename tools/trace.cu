@@ -5,8 +5,8 @@
  *
  *   bash tools/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
  *
- * Per case: L2 evicted by a read sweep, a spin kernel (so the host has queued
- * everything), a stamp kernel writing the global timer, event, the call
+ * Per case: L2 evicted by a read sweep, a spin kernel of ~100 ms (so the host
+ * has queued everything), a stamp kernel writing the global timer, event, the call
  * through the C API (nvfp4_matmul_cuda), event, another stamp. The kernels
  * record the global timer (ns, same clock on every SM) and their SM's cycle
  * counter at named points (NVFP4_TRACE_POINT in the kernel files, numbered as
@@ -26,18 +26,26 @@
  * case.
  *
  * TRACE_PRE says what runs between the sweep and the spin kernel, to tell
- * what a cold call waits on: "code" the same call on operands of its own
- * (allocated 1 GB further on): the kernel's code is then in L2, its operands
- * and their page-table entries not; "tlb" a read of one word per 64 KB of the
- * case's operand buffers: page tables walked, the data still in DRAM. Unset:
- * nothing (a cold call). Neither moved an M = 128 gemm's start on an H100
- * (PERF.md, session 44).
+ * what a cold call waits on. Unset: nothing. The sweep and spin kernels are
+ * tiny, so the SMs' instruction caches still hold the kernel's code from the
+ * previous run: warmer than any call of the extension after a flush (torch's
+ * reduction or fill kernels) or after other layers' kernels. "icache": ~256
+ * KB of other code run on every SM first, so that the kernel's code is out of
+ * those caches; it reproduced the extension's cold calls where unset did not
+ * (PERF.md, session 45): use it to judge a kernel change's single calls.
+ * "code": the same call on operands of its own (allocated 1 GB further on):
+ * the kernel's code is then in L2 and the instruction caches, its operands
+ * and their page-table entries not. "tlb": a read of one word per 64 KB of
+ * the case's operand buffers: page tables walked, the data still in DRAM.
+ * Neither moved an M = 128 gemm's start on an H100 (session 44), but both
+ * were measured against warm instruction caches.
  */
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -49,6 +57,7 @@ extern "C" cudaError_t nvfp4_trace_attach_sm90(unsigned long long *buf);
 extern "C" cudaError_t nvfp4_trace_attach_gemv(unsigned long long *buf);
 
 #include "cuda_check.cuh"
+#include "probe_common.cuh"
 
 __global__ void fill_kernel(uint8_t *p, size_t n, uint32_t seed, int scales) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -56,27 +65,6 @@ __global__ void fill_kernel(uint8_t *p, size_t n, uint32_t seed, int scales) {
     h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
     p[i] = scales ? (uint8_t)(0x28 + (h & 0x1F)) : (uint8_t)h;  // scales: finite e4m3 of moderate size
   }
-}
-
-__global__ void sweep_kernel(const uint4 *p, size_t n, unsigned *sink) {
-  unsigned x = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const uint4 v = p[i];
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x12345678u) *sink = x;
-}
-
-__global__ void spin_kernel(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
-__global__ void stamp_kernel(unsigned long long *dst) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  *dst = t;
 }
 
 /* The read floor: CTA x reads 16-byte units [x n / G, (x + 1) n / G) of A and
@@ -133,6 +121,31 @@ __global__ void touch_kernel(const unsigned *p, size_t words, size_t stride, uns
   if (x == 0x12345678u) *sink = x;
 }
 
+/* TRACE_PRE=icache: every SM runs ~256 KB of straight-line code (8 kernels of
+ * 2048 FMAs each), more than its instruction caches hold, so the timed call
+ * starts with its code out of them (as after a large kernel such as torch's
+ * reduction, the flush of benchmarks/ and of the competition). */
+template <int V>
+__global__ void icache_kernel(float *sink) {
+  float x[8];
+#pragma unroll
+  for (int j = 0; j < 8; j++) x[j] = (float)(threadIdx.x + j + V);
+#pragma unroll
+  for (int i = 0; i < 2048; i++) {
+    x[i % 8] = fmaf(x[i % 8], 1.0001f + V, (float)(i & 255));
+    if (i % 8 == 7) asm volatile("" : "+f"(x[0]), "+f"(x[1]), "+f"(x[2]), "+f"(x[3]), "+f"(x[4]), "+f"(x[5]), "+f"(x[6]), "+f"(x[7]));
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; j++) s += x[j];
+  if (s == 1234.5f) *sink = s;
+}
+
+template <int... V>
+static void evict_icache(int ctas, float *sink, std::integer_sequence<int, V...>) {
+  ((icache_kernel<V><<<ctas, 128>>>(sink)), ...);
+}
+
 static std::vector<std::pair<uint8_t *, size_t>> g_buffers;  // this case's operand buffers (TRACE_PRE=tlb)
 
 static uint8_t *random_bytes(size_t n, uint32_t seed, bool scales) {
@@ -176,13 +189,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: trace gemm:M,N,K[,L] | dual:M,N,K[,L] | gemv:M,K[,L] | read:M,K[,L] ...\n");
     return 2;
   }
-  int dev = 0, clock_khz = 0, sms = 0;
-  CHECK(cudaGetDevice(&dev));
-  CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, dev));
-  printf("device %s, %d SMs, max clock %.0f MHz, L2 %d MB\n", prop.name, sms, clock_khz / 1e3, prop.l2CacheSize >> 20);
+  const ProbeDevice d = probe_device();
+  const int clock_khz = d.clock_khz, sms = d.sms;
+  const cudaDeviceProp &prop = d.prop;
 
   const size_t sweep_n = (size_t)std::max(2 * prop.l2CacheSize, 64 << 20) / 16;
   uint4 *sweep;
@@ -266,10 +275,12 @@ int main(int argc, char **argv) {
         attach(false);
         if (nvfp4_matmul_cuda(&pw, 1, 0) != NVFP4_OK) return 1;
         attach(true);
+      } else if (pre == "icache") {
+        evict_icache(2 * sms, reinterpret_cast<float *>(sink), std::make_integer_sequence<int, 8>{});
       } else if (pre == "tlb") {
         for (const auto &b : buffers) touch_kernel<<<64, 256>>>(reinterpret_cast<const unsigned *>(b.first), b.second / 4, 16384, sink);
       }
-      spin_kernel<<<1, 32>>>((long long)clock_khz * 100);  // ~100 us
+      spin_kernel<<<1, 32>>>((long long)clock_khz * 100);  // 100 ms at the peak clock (clock_khz: cycles a ms)
       stamp_kernel<<<1, 1>>>(stamps);
       CHECK(cudaEventRecord(e0));
       if (is_read) {

@@ -10,7 +10,9 @@
 # a, b, a, b and prints each run's event times in us, one column per case, in
 # the order given. TRACE_FLAGS and TRACE_PLAIN (tools/trace.sh) go to both
 # builds: TRACE_PLAIN=1 for a verdict on a kernel change (PERF.md session 9;
-# REV's trace.cu needs its plain-build stubs, from 7655470 on). AB_STEP=build
+# REV's trace.cu needs its plain-build stubs, from 7655470 on), with
+# TRACE_PRE=icache (REV's trace.cu must know it: session 45 on) for
+# single calls as the extension sees them (PERF.md, session 45). AB_STEP=build
 # builds both and stops (to overlap the compile with other GPU work);
 # AB_STEP=run runs the binaries an earlier build left.
 set -euo pipefail

@@ -1,0 +1,52 @@
+/* tools/probe_common.cuh - what the standalone probes in tools/ share: the
+ * device they run on, and the kernels they time around (an L2 eviction by a
+ * read sweep, a spin so the host has queued what follows, a stamp of the
+ * global timer: ns, the same clock on every SM). */
+#pragma once
+#include <cstdint>
+#include <cstdio>
+
+#include <cuda_runtime.h>
+
+#include "cuda_check.cuh"
+
+struct ProbeDevice {
+  int id, clock_khz, sms; /* clock_khz: the peak clock, cycles a ms */
+  cudaDeviceProp prop;
+};
+
+/* The current device, its name, SMs, peak clock and L2 size printed. */
+inline ProbeDevice probe_device() {
+  ProbeDevice d;
+  CHECK(cudaGetDevice(&d.id));
+  CHECK(cudaDeviceGetAttribute(&d.clock_khz, cudaDevAttrClockRate, d.id));
+  CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, d.id));
+  CHECK(cudaGetDeviceProperties(&d.prop, d.id));
+  printf("device %s, %d SMs, max clock %.0f MHz, L2 %d MB\n", d.prop.name, d.sms, d.clock_khz / 1e3,
+         d.prop.l2CacheSize >> 20);
+  return d;
+}
+
+__device__ __forceinline__ unsigned long long global_timer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* Reads p[0, n) once (the sink keeps the loads). */
+__global__ void sweep_kernel(const uint4 *p, size_t n, unsigned *sink) {
+  unsigned x = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const uint4 v = p[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+__global__ void stamp_kernel(unsigned long long *dst) { *dst = global_timer(); }
