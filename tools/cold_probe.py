@@ -15,9 +15,9 @@ inputs rotating over S sets; each further column changes one thing:
 - sleep 10 / 50 / 800: the sleep before the start event, us;
 - trace data: tools/trace.cu's operand values (uniform code bytes, scale
   bytes 0x28..0x47) instead of random_operand's.
-On an H100 (session 45) none of them moved a time by more than ~0.7 us; what
-set the gap between this procedure and tools/trace.cu's was the SMs'
-instruction caches (`TRACE_PRE=icache` there).
+On an H100 (session 45) none of them moved a time by more than its rounds
+spread (up to ~1 us); what set the gap between this procedure and
+tools/trace.cu's was the SMs' instruction caches (`TRACE_PRE=icache` there).
 """
 
 from __future__ import annotations
