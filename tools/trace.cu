@@ -38,7 +38,9 @@
  * and their page-table entries not. "tlb": a read of one word per 64 KB of
  * the case's operand buffers: page tables walked, the data still in DRAM.
  * Neither moved an M = 128 gemm's start on an H100 (session 44), but both
- * were measured against warm instruction caches.
+ * were measured against warm instruction caches. Steps join with '+' and run
+ * in order: "code+icache" leaves the kernel's code in L2 but not in the
+ * instruction caches (a cold call's misses then served by L2, not DRAM).
  */
 #include <algorithm>
 #include <cstdio>
@@ -224,6 +226,17 @@ int main(int argc, char **argv) {
     const bool dual = c.kind == "dual";
     const char *pre_env = getenv("TRACE_PRE");
     const std::string pre = pre_env ? pre_env : "";
+    std::vector<std::string> pre_steps;  // TRACE_PRE's steps, '+' between them, run in order
+    for (size_t i = 0; i < pre.size();) {
+      const size_t j = std::min(pre.find('+', i), pre.size());
+      pre_steps.push_back(pre.substr(i, j - i));
+      if (pre_steps.back() != "code" && pre_steps.back() != "icache" && pre_steps.back() != "tlb") {
+        fprintf(stderr, "TRACE_PRE: unknown step '%s' (code, icache, tlb, joined by '+')\n", pre_steps.back().c_str());
+        return 2;
+      }
+      i = j + 1;
+    }
+    const bool pre_code = std::find(pre_steps.begin(), pre_steps.end(), "code") != pre_steps.end();
     g_buffers.clear();
     nvfp4_matmul p = {};
     p.m = c.m, p.n = c.n, p.k = c.k, p.batch = c.batch, p.alpha = 1.f;
@@ -236,7 +249,7 @@ int main(int argc, char **argv) {
     p.c_row_stride = c.n;
     const std::vector<std::pair<uint8_t *, size_t>> buffers = g_buffers;
     nvfp4_matmul pw = p;  // TRACE_PRE=code: the same call on operands 1 GB further on
-    if (pre == "code" && !is_read) {
+    if (pre_code && !is_read) {
       void *spacer;
       CHECK(cudaMalloc(&spacer, (size_t)1 << 30));
       pw.a = operand(c.batch, c.m, c.k, 12, blocked);
@@ -271,14 +284,16 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
       CHECK(cudaMemset(trace, 0, (size_t)max_ctas * NVFP4_TRACE_SLOTS * 8));
       sweep_kernel<<<4 * sms, 512>>>(sweep, sweep_n, sink);
-      if (pre == "code" && !is_read) {
-        attach(false);
-        if (nvfp4_matmul_cuda(&pw, 1, 0) != NVFP4_OK) return 1;
-        attach(true);
-      } else if (pre == "icache") {
-        evict_icache(2 * sms, reinterpret_cast<float *>(sink), std::make_integer_sequence<int, 8>{});
-      } else if (pre == "tlb") {
-        for (const auto &b : buffers) touch_kernel<<<64, 256>>>(reinterpret_cast<const unsigned *>(b.first), b.second / 4, 16384, sink);
+      for (const std::string &step : pre_steps) {
+        if (step == "code" && !is_read) {
+          attach(false);
+          if (nvfp4_matmul_cuda(&pw, 1, 0) != NVFP4_OK) return 1;
+          attach(true);
+        } else if (step == "icache") {
+          evict_icache(2 * sms, reinterpret_cast<float *>(sink), std::make_integer_sequence<int, 8>{});
+        } else if (step == "tlb") {
+          for (const auto &b : buffers) touch_kernel<<<64, 256>>>(reinterpret_cast<const unsigned *>(b.first), b.second / 4, 16384, sink);
+        }
       }
       spin_kernel<<<1, 32>>>((long long)clock_khz * 100);  // 100 ms at the peak clock (clock_khz: cycles a ms)
       stamp_kernel<<<1, 1>>>(stamps);
