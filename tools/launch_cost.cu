@@ -46,17 +46,7 @@ __global__ void probe_kernel(unsigned long long *entry, int sel, float *sink, co
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   if (CODE && sel >= 0) {
-    float x[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) x[j] = (float)(threadIdx.x + j + prm.b[j % PBYTES]);
-#pragma unroll
-    for (int i = 0; i < 4096; i++) {
-      x[i % 8] = fmaf(x[i % 8], 1.0001f, (float)(i & 255));
-      if (i % 8 == 7) asm volatile("" : "+f"(x[0]), "+f"(x[1]), "+f"(x[2]), "+f"(x[3]), "+f"(x[4]), "+f"(x[5]), "+f"(x[6]), "+f"(x[7]));
-    }
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) s += x[j];
+    const float s = straight_line_fmas<4096>((float)(threadIdx.x + prm.b[0]));
     if (s == 1234.5f) *sink = s;
   }
 }

@@ -50,3 +50,22 @@ __global__ void spin_kernel(long long cycles) {
 }
 
 __global__ void stamp_kernel(unsigned long long *dst) { *dst = global_timer(); }
+
+/* N FMAs of straight-line code (~16 N bytes of SASS) in 8 chains from seed,
+ * summed: code whose size is the point (the instruction-cache probes); each V
+ * gives an instantiation code of its own. */
+template <int N, int V = 0>
+__device__ __forceinline__ float straight_line_fmas(float seed) {
+  float x[8];
+#pragma unroll
+  for (int j = 0; j < 8; j++) x[j] = seed + (float)j;
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    x[i % 8] = fmaf(x[i % 8], 1.0001f + V, (float)(i & 255));
+    if (i % 8 == 7) asm volatile("" : "+f"(x[0]), "+f"(x[1]), "+f"(x[2]), "+f"(x[3]), "+f"(x[4]), "+f"(x[5]), "+f"(x[6]), "+f"(x[7]));
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; j++) s += x[j];
+  return s;
+}

@@ -129,17 +129,7 @@ __global__ void touch_kernel(const unsigned *p, size_t words, size_t stride, uns
  * reduction, the flush of benchmarks/ and of the competition). */
 template <int V>
 __global__ void icache_kernel(float *sink) {
-  float x[8];
-#pragma unroll
-  for (int j = 0; j < 8; j++) x[j] = (float)(threadIdx.x + j + V);
-#pragma unroll
-  for (int i = 0; i < 2048; i++) {
-    x[i % 8] = fmaf(x[i % 8], 1.0001f + V, (float)(i & 255));
-    if (i % 8 == 7) asm volatile("" : "+f"(x[0]), "+f"(x[1]), "+f"(x[2]), "+f"(x[3]), "+f"(x[4]), "+f"(x[5]), "+f"(x[6]), "+f"(x[7]));
-  }
-  float s = 0.f;
-#pragma unroll
-  for (int j = 0; j < 8; j++) s += x[j];
+  const float s = straight_line_fmas<2048, V>((float)(threadIdx.x + V));
   if (s == 1234.5f) *sink = s;
 }
 
