@@ -259,8 +259,18 @@ using StreamK = StreamKT<SK_MAX_CTAS>;
 
 #if NVFP4_SM90A
 /* Sum of the float4 at `addr` in CTAs 0..split-1 of the cluster, in rank
- * order; all loads issued before the first add. */
+ * order (the same adds either way). At split 2 one load in flight per
+ * thread, each added before the next goes out; at larger splits all loads
+ * issued before the first add. Fewer loads in flight were faster at split 2
+ * and slower at 4 and 6, more (two to eight vectors' loads batched) slower
+ * everywhere: H100 cold calls, PERF.md session 46. */
 __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
+  if (split == 2) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    ld_shared_cluster_add_f4(s, mapa_shared(addr, 0u));
+    ld_shared_cluster_add_f4(s, mapa_shared(addr, 1u));
+    return s;
+  }
   float4 v[MAX_SPLIT];
 #pragma unroll
   for (int q = 0; q < MAX_SPLIT; q++)

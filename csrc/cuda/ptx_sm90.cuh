@@ -159,6 +159,20 @@ __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
   return v;
 }
 
+/* s += the float4 at `addr`, the add in the same asm as the load: the
+ * thread's next load issues only once this one's data is back (one load in
+ * flight), since volatile asm keeps its order. Between cluster_sync()s, as
+ * above. */
+__device__ __forceinline__ void ld_shared_cluster_add_f4(float4 &s, uint32_t addr) {
+  asm volatile(
+      "{\n.reg .f32 t0, t1, t2, t3;\n"
+      "ld.shared::cluster.v4.f32 {t0, t1, t2, t3}, [%4];\n"
+      "add.rn.f32 %0, %0, t0;\nadd.rn.f32 %1, %1, t1;\nadd.rn.f32 %2, %2, t2;\nadd.rn.f32 %3, %3, t3;\n}\n"
+      : "+f"(s.x), "+f"(s.y), "+f"(s.z), "+f"(s.w)
+      : "r"(addr)
+      : "memory");
+}
+
 
 /* ---- flags between CTAs of one grid, in global memory ------------------ */
 __device__ __forceinline__ void st_release_gpu(unsigned long long *flag, unsigned long long v) {
