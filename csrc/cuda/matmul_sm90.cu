@@ -262,8 +262,9 @@ using StreamK = StreamKT<SK_MAX_CTAS>;
  * order (the same adds either way). At split 2 one load in flight per
  * thread, each added before the next goes out; at larger splits all loads
  * issued before the first add. Fewer loads in flight were faster at split 2
- * and slower at 4 and 6, more (two to eight vectors' loads batched) slower
- * everywhere: H100 cold calls, PERF.md session 46. */
+ * and slower at 4 and 6; more (two to eight vectors' loads batched) were
+ * slower on six of the seven shapes measured: H100 cold calls, PERF.md
+ * session 46. */
 __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
   if (split == 2) {
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
