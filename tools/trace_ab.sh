@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A/B of the kernels against another git revision, both traced in one GPU call
 # (sm_90a): how session 8 compared its kernel changes (docs/PERF.md), by hand.
-#   bash tools/trace_ab.sh --prepare REV      # here (git): REV's csrc/ and
-#                                             # tools/trace.cu into tools/ab/
+#   bash tools/trace_ab.sh --prepare REV      # here (git): REV's csrc/,
+#                                             # tools/trace.cu and its headers into tools/ab/
 #   bash tools/trace_ab.sh gemm:128,7168,16384 dual:256,3072,4096 ...   # there
 # tools/ab/ is untracked and not ignored, so the device tool carries it with
 # the working tree; delete it before committing. On the GPU machine this builds
@@ -20,8 +20,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = --prepare ]; then
   [ $# -eq 2 ] || { echo "usage: bash tools/trace_ab.sh --prepare REV" >&2; exit 2; }
   rm -rf tools/ab && mkdir -p tools/ab
-  git archive "$2" csrc tools/trace.cu | tar -x -C tools/ab
-  echo "tools/ab: csrc/ and tools/trace.cu of $(git rev-parse --short "$2") (delete before committing)"
+  # trace.cu and the tools/ headers it includes (those REV has: probe_common.cuh from session 45 on)
+  files=$(git ls-tree --name-only "$2" tools/trace.cu tools/cuda_check.cuh tools/probe_common.cuh)
+  git archive "$2" csrc $files | tar -x -C tools/ab
+  echo "tools/ab: csrc/ and $(echo $files) of $(git rev-parse --short "$2") (delete before committing)"
   exit 0
 fi
 [ -d tools/ab/csrc ] || { echo "tools/ab/ is missing: bash tools/trace_ab.sh --prepare REV first" >&2; exit 2; }
