@@ -58,20 +58,24 @@ class L2Flush:
 SLEEP_CYCLES = 400_000  # ~200 us at 2 GHz
 
 
-def cuda_time(fn, arg_sets, *, flush: L2Flush | None, reps=100, warmup=5) -> float:
+def cuda_time(fn, arg_sets, *, flush: L2Flush | None, reps=100, warmup=5, sleep=SLEEP_CYCLES, before=None) -> float:
     """Median seconds of the GPU work of one call fn(*args), args rotating over
     arg_sets, L2 flushed before each timed call; events around the call only,
-    the GPU kept busy while the host prepares it."""
+    the GPU kept busy (a sleep of `sleep` cycles) while the host prepares it.
+    `before(args)`, if given, runs after the flush (probes: tools/cold_probe.py)."""
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for r in range(reps):
+        args = arg_sets[r % len(arg_sets)]
         if flush:
             flush()
-        torch.cuda._sleep(SLEEP_CYCLES)
+        if before:
+            before(args)
+        torch.cuda._sleep(sleep)
         starts[r].record()
-        fn(*arg_sets[r % len(arg_sets)])
+        fn(*args)
         ends[r].record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / 1e3

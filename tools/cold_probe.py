@@ -23,7 +23,6 @@ tools/trace.cu's was the SMs' instruction caches (`TRACE_PRE=icache` there).
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
 import warnings
@@ -33,7 +32,7 @@ import torch
 import nvfp4_kernels as nk
 from benchmarks.common import kernel_time
 from nvfp4_kernels.testing import random_operand
-from nvfp4_kernels.timing import SLEEP_CYCLES, L2Flush
+from nvfp4_kernels.timing import SLEEP_CYCLES, L2Flush, cuda_time
 
 CYCLES_PER_US = 2000  # sleep lengths: the H100's and H200's clocks are ~2 GHz
 
@@ -43,23 +42,11 @@ def touch(tensors, sink):
         torch.sum(t.view(torch.uint8).reshape(-1)[::65536], dim=0, dtype=torch.int64, out=sink)
 
 
-def event_time(fn, sets, flush, *, reps=60, sleep=SLEEP_CYCLES, touched=False):
+def event_time(fn, sets, flush, *, sleep=SLEEP_CYCLES, touched=False):
+    """us: bench_gemm's single-call procedure (nvfp4_kernels.timing.cuda_time)."""
     sink = torch.empty((), dtype=torch.int64, device="cuda")
-    for args in sets[:3]:
-        fn(*args)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for r in range(reps):
-        args = sets[r % len(sets)]
-        flush()
-        if touched:
-            touch(args, sink)
-        torch.cuda._sleep(sleep)
-        starts[r].record()
-        fn(*args)
-        ends[r].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+    before = (lambda args: touch(args, sink)) if touched else None
+    return cuda_time(fn, sets, flush=flush, reps=60, warmup=3, sleep=sleep, before=before) * 1e6
 
 
 def launched(fn, args):
