@@ -182,28 +182,45 @@ NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes
   const float p3 = 1.75f * sb, p5 = 3.5f * sb, p15 = -2.75f * sb; /* inclusive boundaries t3, t5, t1 - t5 */
   /* strict boundaries: -t6, t6 - t2, t6 - t4, t2 + t4 - t0 - t6 */
   const float m6 = -5.0f * sb, e26 = 3.75f * sb, e46 = 2.5f * sb, e0 = -1.5f * sb;
-  /* The codes packed by Horner steps acc * 16 + bits, value 7 of a word
-   * first, as integer multiply-adds by a 16 the compiler cannot see (a
-   * constant 16 becomes a shift-and-add on the ALU pipe). */
-  const uint32_t sixteen = 16u + (sf >> 8); /* sf < 256 */
+  /* Four magnitudes at a time packed as a float: acc = 2^23 + sum 16^i m_i
+   * (at most 2^23 + 0x7777), each m_i - 6 = b0 - 4 n2 - 2 n1 added by one
+   * multiply-add, every step an exact integer below 2^24, so acc's bits are
+   * 0x4B000000 + the four nibbles. The signs: byte 3 of each y by prmt,
+   * sign-replicated to 0x00 / 0xFF, even values' into one word and odd
+   * values' into another, masked to bits 4i + 3. */
   uint32_t w[2];
   for (int h = 0; h < 2; h++) {
-    uint32_t acc = 0u, signs = 0u;
-    for (int i = 8 * h + 7; i >= 8 * h; i--) {
-      const float y = x[i] * g, a = fabsf(y);
-      const float n2 = __saturatef(fmaf(a, -B, p3));               /* a < t3 */
-      const float n1 = __saturatef(fmaf(a, -B, fmaf(n2, p15, p5))); /* a < (t1 or t5) */
-      /* -t6, -t2, -t4 or -t0 by (n2, n1) = (0, 0), (1, 0), (0, 1), (1, 1) */
-      const float last = fmaf(n1, fmaf(n2, e0, e46), fmaf(n2, e26, m6));
-      const float b0 = __saturatef(fmaf(a, B, last));               /* a > that boundary */
-      /* 2^23 + m, m = 4 (1 - n2) + 2 (1 - n1) + b0: the code's bits under 0x4B000000 */
-      const float mf = fmaf(n2, -4.0f, fmaf(n1, -2.0f, b0 + 8388614.0f));
-      uint32_t sign;
-      asm("mul.hi.u32 %0, %1, 2;" : "=r"(sign) : "r"(nvfp4_float_bits(y)));
-      asm("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(sixteen), "r"(nvfp4_float_bits(mf)));
-      asm("mad.lo.u32 %0, %0, %1, %2;" : "+r"(signs) : "r"(sixteen), "r"(sign));
+    float y[8];
+    uint32_t q[2];
+    for (int j = 0; j < 2; j++) {
+      float acc = 8388608.0f + 6.0f * 4369.0f; /* 2^23 + 6 (1 + 16 + 256 + 4096) */
+      for (int i = 0; i < 4; i++) {
+        y[4 * j + i] = x[8 * h + 4 * j + i] * g;
+        const float a = fabsf(y[4 * j + i]);
+        const float n2 = __saturatef(fmaf(a, -B, p3));               /* a < t3 */
+        const float n1 = __saturatef(fmaf(a, -B, fmaf(n2, p15, p5))); /* a < (t1 or t5) */
+        /* -t6, -t2, -t4 or -t0 by (n2, n1) = (0, 0), (1, 0), (0, 1), (1, 1) */
+        const float last = fmaf(n1, fmaf(n2, e0, e46), fmaf(n2, e26, m6));
+        const float b0 = __saturatef(fmaf(a, B, last)); /* a > that boundary */
+        acc = fmaf(fmaf(n2, -4.0f, fmaf(n1, -2.0f, b0)), (float)(1 << (4 * i)), acc);
+      }
+      q[j] = nvfp4_float_bits(acc);
     }
-    w[h] = acc - 0x4B000000u * 0x11111111u + 8u * signs; /* less the eight 0x4B000000 (mod 2^32) */
+    /* bytes 3 of a and b, sign-replicated, in bytes 0 and 1 */
+    auto signs2 = [](float a, float b) {
+      uint32_t d;
+      asm("prmt.b32 %0, %1, %2, 0xFB;" : "=r"(d) : "r"(nvfp4_float_bits(a)), "r"(nvfp4_float_bits(b)));
+      return d;
+    };
+    auto low_halves = [](uint32_t a, uint32_t b) {
+      uint32_t d;
+      asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(d) : "r"(a), "r"(b));
+      return d;
+    };
+    const uint32_t ev = low_halves(signs2(y[0], y[2]), signs2(y[4], y[6])); /* values 0, 2, 4, 6 */
+    const uint32_t od = low_halves(signs2(y[1], y[3]), signs2(y[5], y[7])); /* values 1, 3, 5, 7 */
+    /* (0x4B000000 << 16) vanishes mod 2^32: one subtraction for both halves */
+    w[h] = ((q[1] << 16) + q[0] - 0x4B000000u) | (ev & 0x08080808u) | (od & 0x80808080u);
     if (!(s > 0.0f)) w[h] = s == 0.0f ? 0u : w[h] & 0x88888888u; /* scale 0: codes 0; NaN: the signs alone */
   }
   memcpy(codes, w, 8);

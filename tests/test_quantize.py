@@ -48,6 +48,20 @@ def test_matches_reference(device, gen, dtype, shape):
             assert_same_bytes(got, want, f"{dtype} {shape} {layout} g={g} on {device}")
 
 
+@needs_cuda
+def test_matches_reference_on_wide_launches(gen):
+    """Launches with enough 128-column items that each lane takes four blocks (csrc/cuda/quantize.cu,
+    PER = 4: its own unrolled copy of the block code), K with a partial last item, non-finite values."""
+    rows = torch.cuda.get_device_properties(0).multi_processor_count * 32 + 5  # 2 items a row: 64 warps an SM
+    for dtype in DTYPES:
+        x = wide_values((rows, 2064), gen, dtype)
+        x[::97, 3], x[5::101, 40], x[7::89, 2063] = float("nan"), float("inf"), -float("inf")
+        x = x.cuda()
+        for layout in ("linear", "blocked"):
+            got = nk.quantize(x, global_scale=0.37, sf_layout=layout)
+            assert_same_bytes(got, reference.quantize(x, 0.37, layout), f"{dtype} {rows} x 2064 {layout}")
+
+
 def test_every_scale_and_tie(device):
     """Block maxima at 6 x every e4m3 value, the midpoints between neighbours and one ulp either
     side (round to nearest even, subnormals, saturation at 448 and past 464); then, at scale 1,

@@ -16,16 +16,22 @@
  * value of 16-bit input (a 128 x 7168 bf16 activation: 2.4 MB, ~0.8 us on an
  * H100, so a single call is launch-bound). Per value the block costs a
  * product, a binary search over the block's rounding boundaries as three
- * saturated fused multiply-adds and the packing as integer multiply-adds,
- * all on the FMA pipe (numerics.h: as compares and selects the search bound
- * the kernel by the ALU pipe at 0.65-0.72 of copy, H100); per block the
- * amax, one division and, on sm_89+, the hardware's e4m3 conversions; the
- * item's index two 32-bit divisions per 64 values.
+ * saturated fused multiply-adds and the packing as three more (numerics.h:
+ * as compares and selects the search bound the kernel by the ALU pipe at
+ * 0.65-0.72 of copy, H100), ~0.75 prmt / mask for the sign, one max for the
+ * amax and, from 16-bit input, one conversion; per block one division and,
+ * on sm_89+, the hardware's e4m3 conversions; the item's index two 32-bit
+ * divisions per 64 values. ~20 SASS instructions a value in all (sm_90a,
+ * 4 blocks a lane), where an H200's copy rate leaves an SM's four issue
+ * slots a clock ~18 per 16-bit value: there the instructions, not DRAM,
+ * bound the kernel (bf16 0.70 of copy; 11-13% faster for 8% fewer
+ * instructions, docs/PERF.md session 47).
  */
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common.cuh"
 
@@ -52,9 +58,20 @@ __device__ __forceinline__ void load16(const T *p, float (&x)[16]) {
 #pragma unroll
     for (int c = 0; c < 16 / PER_LOAD; c++) {
       const uint4 u = __ldg(reinterpret_cast<const uint4 *>(p) + c);
-      const T *v = reinterpret_cast<const T *>(&u);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        /* bf16 is fp32's high half: one shift or mask per value (the
+         * intrinsic per half took a byte permute and a shift each) */
+        const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-      for (int i = 0; i < PER_LOAD; i++) x[c * PER_LOAD + i] = to_float<T>(v[i]);
+        for (int i = 0; i < 4; i++) {
+          x[c * 8 + 2 * i] = __uint_as_float(wd[i] << 16);
+          x[c * 8 + 2 * i + 1] = __uint_as_float(wd[i] & 0xFFFF0000u);
+        }
+      } else {
+        const T *v = reinterpret_cast<const T *>(&u);
+#pragma unroll
+        for (int i = 0; i < PER_LOAD; i++) x[c * PER_LOAD + i] = to_float<T>(v[i]);
+      }
     }
   } else {
 #pragma unroll
