@@ -18,7 +18,7 @@
  * product, a binary search over the block's rounding boundaries as three
  * saturated fused multiply-adds and the packing as three more (numerics.h:
  * as compares and selects the search bound the kernel by the ALU pipe at
- * 0.65-0.72 of copy, H100), ~0.75 prmt / mask for the sign, one max for the
+ * 0.65-0.72 of copy, H100), one prmt or mask for the sign, one max for the
  * amax and, from 16-bit input, one conversion; per block one division and,
  * on sm_89+, the hardware's e4m3 conversions; the item's index two 32-bit
  * divisions per 64 values. ~20 SASS instructions a value in all (sm_90a,
