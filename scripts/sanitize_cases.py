@@ -93,6 +93,21 @@ def main():
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout="linear")
         bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+    # The mma.sync kernel (csrc/cuda/matmul_mma.cu; on Hopper K % 64 != 0, or NVFP4_MMA=1: also every case
+    # above but the GEMV op's): the cases of K = 48 and 1040 and the first group above take it; here K % 64 == 32
+    # (16-byte copies, linear scale rows 2 bytes off a word: scales through registers), a dual of two 128-row
+    # tiles, and views 8 bytes into each row (8-byte copies, scales 1 byte off)
+    for op, L, m, n, k in [("gemm", 2, 70, 90, 96), ("dual", None, 200, 129, 1056)]:
+        a = random_operand(L, m, k, gen=gen, device=dev, layout="linear")
+        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
+        if op == "gemm":
+            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+        else:
+            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+    a, b = (random_operand(None, r, 656, gen=gen, device=dev) for r in (150, 130))
+    a_data, a_sf, b_data, b_sf = a.data[:, 8:328], a.sf[:, 1:41], b.data[:, 8:328], b.sf[:, 1:41]
+    bad += not close(nk.gemm(a_data, b_data, a_sf, b_sf), reference.gemm(a_data, b_data, a_sf, b_sf))
     # quantize (csrc/cuda/quantize.cu): a warp per 32 columns (small) and per 128 (4300 rows), rows 8 bytes off
     # 16-byte alignment (scalar loads), the blocked layout's padding rows and columns, a device global scale
     for shape, dtype, lay in [((2, 7, 80), torch.bfloat16, "blocked"), ((4300, 2048), torch.float16, "linear"),

@@ -145,7 +145,7 @@ def test_narrow_last_tile(gen, op, m):
 
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
 def test_fallbacks_on_hopper(gen):
-    """K not a multiple of 64, or a misaligned slice: the SIMT kernel, still right."""
+    """K not a multiple of 64, or a misaligned slice: another kernel (matmul_mma.cu, tests/test_mma.py), still right."""
     a, b = gemm_problem(None, 64, 64, 48, gen, "cuda")
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
     assert not any("matmul_sm90_kernel" in n for n in names), names

@@ -15,9 +15,13 @@
  *                                         are not long)
  *   Hopper, K % 64 == 0, aligned       -> matmul_sm90.cu (wgmma tensor cores;
  *                                         stream-K where the caller gives scratch)
+ *   sm_80+, rows 8-byte aligned        -> matmul_mma.cu (mma.sync tensor cores:
+ *                                         every other GPU, Hopper's odd K)
  *   everything else                    -> matmul_simt.cu (portable, any layout)
+ * NVFP4_MMA=1 puts matmul_mma.cu ahead of everything but the GEMV of the gemv op,
+ * NVFP4_MMA=0 leaves its launches to matmul_simt.cu.
  * Grouped calls go in launches of up to NVFP4_LAUNCH_GROUPS problems, to the
- * tensor-core kernel when every problem of the call qualifies.
+ * first of the three kernels above that takes every problem of the call.
  */
 #include "common.cuh"
 
@@ -31,6 +35,9 @@ cudaError_t skinny_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ct
 bool matmul_sm90_supported(const nvfp4_matmul &p);
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                                cudaStream_t stream);
+bool matmul_mma_supported(const nvfp4_matmul &p);
+bool matmul_mma_forced();
+cudaError_t matmul_mma_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
@@ -60,9 +67,10 @@ static bool valid(const nvfp4_matmul &p) {
 
 /* The kernel of a single problem, in the order above (q: the swapped GEMV's
  * problem, where that is the route). */
-enum Route { GEMV, SKINNY, GEMV_SWAPPED, WGMMA, SIMT };
+enum Route { GEMV, SKINNY, GEMV_SWAPPED, WGMMA, MMA, SIMT };
 static Route route(const nvfp4_matmul &p, nvfp4_matmul &q) {
   if (!p.b2.data && gemv_supported(p)) return GEMV;
+  if (matmul_mma_forced() && matmul_mma_supported(p)) return MMA;
   const bool swapped = as_gemv(p, q);
   /* Hopper, M = 5..8: the integer-mma GEMV wherever its rule takes the rows
    * (takes_mma: short and mid warp shares), ahead of the skinny kernel, which
@@ -73,7 +81,7 @@ static Route route(const nvfp4_matmul &p, nvfp4_matmul &q) {
   if (swapped && p.m > 4 && dev.major == 9 && dev.minor == 0 && !skinny_forced()) return GEMV_SWAPPED;
   if (skinny_supported(p)) return SKINNY;
   if (swapped) return GEMV_SWAPPED;
-  return matmul_sm90_supported(p) ? WGMMA : SIMT;
+  return matmul_sm90_supported(p) ? WGMMA : matmul_mma_supported(p) ? MMA : SIMT;
 }
 
 extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
@@ -85,6 +93,7 @@ extern "C" const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p) {
     case GEMV_SWAPPED:
       return gemv_takes_mma(q) ? (dual ? "gemv_mma_dual" : "gemv_mma") : dual ? "gemv_dp4a_dual" : "gemv_dp4a";
     case WGMMA: return dual ? "wgmma_dual" : "wgmma";
+    case MMA: return dual ? "mma_dual" : "mma";
     default: return dual ? "simt_dual" : "simt";
   }
 }
@@ -112,15 +121,20 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
       case SKINNY: err = skinny_launch(p, workspace, ctx, stream); break;
       case GEMV_SWAPPED: err = gemv_launch(q, p.c_row_stride, stream); break;
       case WGMMA: err = matmul_sm90_launch(&p, 1, workspace, ctx, stream); break;
+      case MMA: err = matmul_mma_launch(&p, 1, stream); break;
       default: err = matmul_simt_launch(&p, 1, stream);
     }
   } else {
-    bool tc = true;
-    for (int g = 0; g < count; g++) tc = tc && matmul_sm90_supported(problems[g]);
+    bool tc = !matmul_mma_forced(), mma = true;
+    for (int g = 0; g < count; g++) {
+      tc = tc && matmul_sm90_supported(problems[g]);
+      mma = mma && matmul_mma_supported(problems[g]);
+    }
     for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS) {
       int n = count - g < NVFP4_LAUNCH_GROUPS ? count - g : NVFP4_LAUNCH_GROUPS;
-      err = tc ? matmul_sm90_launch(problems + g, n, workspace, ctx, stream)
-               : matmul_simt_launch(problems + g, n, stream);
+      err = tc    ? matmul_sm90_launch(problems + g, n, workspace, ctx, stream)
+            : mma ? matmul_mma_launch(problems + g, n, stream)
+                  : matmul_simt_launch(problems + g, n, stream);
     }
   }
   return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;

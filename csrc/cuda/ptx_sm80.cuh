@@ -22,7 +22,11 @@ __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem, uint32
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
-/* The same for 4 bytes (.ca: 4-byte copies may not bypass L1). */
+/* The same for 8 bytes and for 4 (.ca: copies under 16 bytes may not bypass L1). */
+__device__ __forceinline__ void cp_async_8(void *smem, const void *gmem, uint32_t src_bytes) {
+  uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_4(void *smem, const void *gmem, uint32_t src_bytes) {
   uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
