@@ -25,9 +25,12 @@ OFF = os.environ.get("NVFP4_MMA") == "0"  # the kernel turned off: its cases on 
 MMA = "matmul_mma_kernel"
 
 
+SPLIT = os.environ.get("NVFP4_MMA_SPLIT")
+
+
 def run(device, fn, expect_mma, variant=None):
     """fn() on device; on a GPU where expect_mma, assert the kernel ran (its template arguments
-    starting with `variant` if given: "DUAL, CW, SF_ALIGNED")."""
+    starting with `variant` if given: "DUAL, CW, SF_ALIGNED, WK")."""
     if device != "cuda" or not ON_GPU or not expect_mma or OFF:
         return fn()
     out, names = launched(fn)
@@ -36,12 +39,28 @@ def run(device, fn, expect_mma, variant=None):
     return out
 
 
-def variant(op, k, layouts, cw=None):
+def expected_wk(op, L, m, n):
+    """The kernel's WK: 4 (one 64 x 64 tile per CTA, K split over its 4 warps) or 1 (128 x 128
+    tiles; dual 128 x 64 of each matrix) by the cost model of csrc/cuda/matmul_mma.cu
+    (choose_wk); NVFP4_MMA_SPLIT=0 / 1 forces 1 / 4."""
+    if not ON_GPU:
+        return None  # (not asserted)
+    if SPLIT is not None:
+        return 1 if SPLIT.startswith("0") else 4
+    tiles = -(-m // 128) * -(-n // (64 if op == "dual" else 128)) * (L or 1)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n1, n4 = -(-tiles // sms), -(-4 * tiles // sms)
+    c1 = 1 / 0.82 if n1 <= 1 else n1
+    c4 = (1 / 0.82 if n4 <= 1 else 1) * n4 / 4 / 0.82
+    return 4 if c4 < 0.95 * c1 else 1
+
+
+def variant(op, L, m, n, k, layouts, cw=None):
     """The template arguments the shape takes: (dual, 16- or 8-byte copies, scales in aligned
-    words); contiguous operands: rows of K / 2 bytes, linear scale rows of K / 16."""
+    words, WK); contiguous operands: rows of K / 2 bytes, linear scale rows of K / 16."""
     cw = cw or (16 if k % 32 == 0 else 8)
     sf_aligned = all(lay == "blocked" for lay in layouts) or k % 64 == 0
-    return f"{'true' if op == 'dual' else 'false'}, {cw}, {'true' if sf_aligned else 'false'}>"
+    return f"{'true' if op == 'dual' else 'false'}, {cw}, {'true' if sf_aligned else 'false'}, {expected_wk(op, L, m, n)}>"
 
 
 # (L, M, N, K): K % 64 of 16, 32 and 48 (one step of 8 bytes, 16-byte and 8-byte copies), tails of
@@ -65,7 +84,7 @@ def test_gemm_odd_k(device, gen, L, m, n, k, layouts):
     layout's NaN padding is never read), linear scale rows are not 4-byte aligned."""
     a, b = gemm_problem(L, m, n, k, gen, device, layouts)
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out, alpha=0.75), True, variant("gemm", k, layouts))
+    run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out, alpha=0.75), True, variant("gemm", L, m, n, k, layouts))
     assert_matches(out, ref_gemm(a, b, 0.75), f"gemm L={L} M={m} N={n} K={k} {layouts} on {device}")
 
 
@@ -76,7 +95,7 @@ def test_dual_odd_k(device, gen, L, m, n, k, layouts):
     b2 = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
     out = poisoned(((L,) if L else ()) + (m, n), device)
     run(device, lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out), True,
-        variant("dual", k, layouts))
+        variant("dual", L, m, n, k, layouts))
     ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
     assert_matches(out, ref, f"dual_gemm L={L} M={m} N={n} K={k} {layouts} on {device}")
 
@@ -112,7 +131,8 @@ def test_sliced_operands(device, gen, offset, cw):
     cols = slice(offset, offset + k // 2)
     scols = slice(offset // 8, offset // 8 + k // 16)
     a_data, a_sf, b_data, b_sf = a.data[:, cols], a.sf[:, scols], b.data[:, cols], b.sf[:, scols]
-    out = run(device, lambda: nk.gemm(a_data, b_data, a_sf, b_sf), True, f"false, {cw}, false>")
+    out = run(device, lambda: nk.gemm(a_data, b_data, a_sf, b_sf), True,
+              f"false, {cw}, false, {expected_wk('gemm', None, 150, 130)}>")
     assert_matches(out, reference.gemm(a_data, b_data, a_sf, b_sf), f"gemm sliced +{offset} bytes on {device}")
 
 
@@ -141,19 +161,23 @@ def test_kernel_shapes(device, gen, op, L, m, n, k, layouts):
         b2 = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
         call = lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out)  # noqa: E731
         ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
-    run(device, call, FORCED, variant(op, k, layouts))
+    run(device, call, FORCED, variant(op, L, m, n, k, layouts))
     assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} {layouts} on {device}")
 
 
-@pytest.mark.skipif(not ON_GPU or FORCED or OFF, reason="needs an sm_80+ GPU; NVFP4_MMA set")
-def test_forced_in_a_child():
-    """test_kernel_shapes with NVFP4_MMA=1 (read once per process, so in a child)."""
+@pytest.mark.skipif(not ON_GPU or FORCED or OFF or SPLIT is not None, reason="needs an sm_80+ GPU; NVFP4_MMA* set")
+@pytest.mark.parametrize("split", [None, "0", "1"])
+def test_forced_in_a_child(split):
+    """This file's GPU cases with NVFP4_MMA=1 (read once per process, so in a child), the kernel's
+    WK by its rule, and forced to 1 and to 4 (NVFP4_MMA_SPLIT): every shape on both CTA shapes."""
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, NVFP4_MMA="1")
+    if split is not None:
+        env["NVFP4_MMA_SPLIT"] = split
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(here, "test_mma.py"),
-                        "-k", "test_kernel_shapes and cuda"], env=env, capture_output=True, text=True, timeout=600)
+                        "-k", "cuda and not simt"], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert f"{len(KERNEL_SHAPES)} passed" in r.stdout, r.stdout[-2000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]
 
 
 def test_unaligned_rows_take_simt(device, gen):

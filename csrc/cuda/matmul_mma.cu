@@ -45,31 +45,46 @@
 
 namespace {
 
-constexpr int THREADS = 128; /* 4 warps: 2 along M x 2 along N */
-constexpr int TM = 128;           /* activation rows per CTA (2 warps x 64)       */
-constexpr int TB = 128;           /* weight rows per CTA stage (dual: 64 + 64)    */
-constexpr int KSTEP = 64;         /* K values per step: 32 bytes of a row         */
+constexpr int THREADS = 128; /* 4 warps */
+constexpr int KSTEP = 64;    /* K values per step: 32 bytes of a row */
 constexpr int STAGES = 4;
-constexpr int ROWS = TM + TB;     /* rows of a stage                              */
-constexpr int SF_BASE = ROWS * 32;
-constexpr int STAGE_BYTES = SF_BASE + ROWS * 4;
-static_assert(STAGES * STAGE_BYTES <= 48 * 1024, "static shared memory");
 
-/* Output columns (weight rows) of a CTA: 128, or 64 of each matrix (dual). */
-template <bool DUAL>
-constexpr int tile_n() { return DUAL ? TB / 2 : TB; }
+/* The CTA's shape. WK = 1: the 4 warps 2 x 2 over a 128 x 128 output tile
+ * (activation rows x weight rows; dual 64 of each matrix), every warp every K
+ * step. WK = 4: all 4 warps on one 64 x 64 tile, warp w on the steps
+ * 4 i + w, the 4 partial tiles summed in shared memory at the end: 4x the
+ * CTAs where the 128 x 128 tiles leave SMs idle (M = 128: 32 tiles for N =
+ * 4096), at twice the copied bytes per flop. A stage holds WK steps: per
+ * step ROWS rows of 32 code bytes, then their 4 scale bytes. */
+template <int WK>
+struct Shape {
+  static_assert(WK == 1 || WK == 4, "two shapes");
+  static constexpr int WM = WK == 1 ? 2 : 1, WN = WM;     /* warps along M and N */
+  static constexpr int TM = 64 * WM, TB = 64 * WN;         /* activation rows, weight rows of a step */
+  static constexpr int ROWS = TM + TB, NR = ROWS / THREADS; /* rows a thread copies */
+  static constexpr int SF = ROWS * 32;                     /* scale bytes within a step */
+  static constexpr int STEP_BYTES = ROWS * 36, STAGE_BYTES = WK * STEP_BYTES;
+  static constexpr int RED_BYTES = WK == 1 ? 0 : THREADS * 128 * 4; /* the partial tiles */
+  static constexpr int SMEM = STAGES * STAGE_BYTES > RED_BYTES ? STAGES * STAGE_BYTES : RED_BYTES;
+  static_assert(NR * THREADS == ROWS, "a thread copies whole rows");
+};
 
-/* What a thread copies: whole rows, A's row `tid` and B's (dual: B1's or
- * B2's) row `TM + tid` of the stage, at K step 0; a step adds 32 bytes to the
- * codes and sf_step to the scales (4 linear, one 512-byte atom blocked). */
+/* Output columns (weight rows) of a CTA: TB, or TB / 2 of each matrix (dual). */
+template <bool DUAL, int WK>
+constexpr int tile_n() { return DUAL ? Shape<WK>::TB / 2 : Shape<WK>::TB; }
+
+/* What a thread copies: whole rows (row r of a step: A's below TM, then B's,
+ * dual B1's then B2's), at K step 0; a step adds 32 bytes to the codes and
+ * sf_step to the scales (4 linear, one 512-byte atom blocked). */
 struct RowCopy {
   const uint8_t *codes, *sf;
   int64_t sf_step;
   bool ok; /* the row exists (else zero-filled) */
 };
 
-template <bool DUAL>
+template <bool DUAL, int WK>
 __device__ __forceinline__ RowCopy row_copy(const nvfp4_matmul &p, int r, int64_t l, int64_t m0, int64_t n0) {
+  constexpr int TM = Shape<WK>::TM, TB = Shape<WK>::TB;
   const nvfp4_operand *op = &p.a;
   int64_t row = m0 + r, rows = p.m;
   if (r >= TM) {
@@ -86,32 +101,33 @@ __device__ __forceinline__ RowCopy row_copy(const nvfp4_matmul &p, int r, int64_
 }
 
 /* Bytes of a row's K step that exist: 32 codes (and 32 / 8 scales), fewer
- * at the end of K, none for a row that does not exist. */
+ * at the end of K, none past it or for a row that does not exist. */
 __device__ __forceinline__ int step_bytes(const RowCopy &rc, int64_t k, int step) {
   const int64_t left = k / 2 - (int64_t)step * 32;
-  return !rc.ok ? 0 : left < 32 ? (int)left : 32;
+  return !rc.ok || left <= 0 ? 0 : left < 32 ? (int)left : 32;
 }
 
-/* A row's 32 code bytes of K step `step` into its place in `slot`, in
- * CW-byte cp.async, zero-filled past what exists. */
+/* A row's 32 code bytes of K step `step` to row r of a stage's step at `dst`,
+ * in CW-byte cp.async, zero-filled past what exists. */
 template <int CW>
-__device__ __forceinline__ void copy_codes(const RowCopy &rc, int64_t k, int step, uint8_t *slot, int r) {
+__device__ __forceinline__ void copy_codes(const RowCopy &rc, int64_t k, int step, uint8_t *dst, int r) {
   const int bytes = step_bytes(rc, k, step);
   const uint8_t *src = rc.codes + (int64_t)step * 32;
 #pragma unroll
   for (int c = 0; c < 32 / CW; c++) {
     const int n = bytes - c * CW < 0 ? 0 : bytes - c * CW > CW ? CW : bytes - c * CW;
     if (CW == 16)
-      cp_async_16(slot + r * 32 + c * CW, n ? src + c * CW : rc.codes, (uint32_t)n);
+      cp_async_16(dst + r * 32 + c * CW, n ? src + c * CW : rc.codes, (uint32_t)n);
     else
-      cp_async_8(slot + r * 32 + c * CW, n ? src + c * CW : rc.codes, (uint32_t)n);
+      cp_async_8(dst + r * 32 + c * CW, n ? src + c * CW : rc.codes, (uint32_t)n);
   }
 }
 
-/* Its 4 scale bytes, 4-byte aligned: one cp.async, zero-filled likewise. */
-__device__ __forceinline__ void copy_scales(const RowCopy &rc, int64_t k, int step, uint8_t *slot, int r) {
+/* Its 4 scale bytes, 4-byte aligned: one cp.async to `dst` (the row's word),
+ * zero-filled likewise. */
+__device__ __forceinline__ void copy_scales(const RowCopy &rc, int64_t k, int step, uint8_t *dst) {
   const int n = step_bytes(rc, k, step) / 8;
-  cp_async_4(slot + SF_BASE + r * 4, n ? rc.sf + step * rc.sf_step : rc.sf, (uint32_t)n);
+  cp_async_4(dst, n ? rc.sf + step * rc.sf_step : rc.sf, (uint32_t)n);
 }
 
 /* The same 4 bytes at any alignment (linear scales of K % 64 != 0, sliced
@@ -126,23 +142,25 @@ __device__ __forceinline__ uint32_t load_scales(const RowCopy &rc, int64_t k, in
   return w;
 }
 
-/* Accumulators of a warp: [matrix][m16 tile][n8 tile][4]. */
+/* Accumulators of a warp: [matrix][m16 tile][n8 tile][4]; 128 floats. */
 template <bool DUAL>
 struct Acc {
   static constexpr int MATS = DUAL ? 2 : 1, NT = (DUAL ? 32 : 64) / 8;
   float v[MATS][4][NT][4];
 };
 
-/* One K step of a warp from a stage slot: rows 64 wm.. of A, and per matrix
- * the warp's weight rows (gemm: 64 wn..; dual: 32 wn.. of B1 and of B2). */
-template <bool DUAL>
-__device__ __forceinline__ void mma_step(uint32_t slot, int wm, int wn, int g, int t, Acc<DUAL> &acc) {
+/* One K step of a warp from a stage's step at `step` (shared address): rows
+ * 64 wm.. of A, and per matrix the warp's weight rows (gemm: 64 wn..; dual:
+ * 32 wn.. of B1 and of B2). */
+template <bool DUAL, int WK>
+__device__ __forceinline__ void mma_step(uint32_t step, int wm, int wn, int g, int t, Acc<DUAL> &acc) {
+  constexpr int TM = Shape<WK>::TM, TB = Shape<WK>::TB, SF = Shape<WK>::SF;
   uint32_t fa[4][4][4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int r = 64 * wm + 16 * i + g;
-    const uint2 v0 = ld_shared_u2(slot + r * 32 + 8 * t), v1 = ld_shared_u2(slot + (r + 8) * 32 + 8 * t);
-    const uint32_t sb = ld_shared_u8(slot + SF_BASE + r * 4 + t) | ld_shared_u8(slot + SF_BASE + (r + 8) * 4 + t) << 8;
+    const uint2 v0 = ld_shared_u2(step + r * 32 + 8 * t), v1 = ld_shared_u2(step + (r + 8) * 32 + 8 * t);
+    const uint32_t sb = ld_shared_u8(step + SF + r * 4 + t) | ld_shared_u8(step + SF + (r + 8) * 4 + t) << 8;
     nvfp4_wgmma_a_fragments(v0, v1, sb, fa[i]);
   }
 #pragma unroll
@@ -150,8 +168,8 @@ __device__ __forceinline__ void mma_step(uint32_t slot, int wm, int wn, int g, i
 #pragma unroll
     for (int mat = 0; mat < Acc<DUAL>::MATS; mat++) {
       const int r = TM + (DUAL ? mat * (TB / 2) + 32 * wn : 64 * wn) + 8 * j + g;
-      const uint2 v = ld_shared_u2(slot + r * 32 + 8 * t);
-      const uint32_t s2 = nvfp4_e4m3x2_to_half2_bits(ld_shared_u8(slot + SF_BASE + r * 4 + t) * 0x101u);
+      const uint2 v = ld_shared_u2(step + r * 32 + 8 * t);
+      const uint32_t s2 = nvfp4_e4m3x2_to_half2_bits(ld_shared_u8(step + SF + r * 4 + t) * 0x101u);
       uint32_t lo[4], hi[4];
       nvfp4_e2m1x8_to_half2x4(v.x, s2, lo);
       nvfp4_e2m1x8_to_half2x4(v.y, s2, hi);
@@ -162,20 +180,40 @@ __device__ __forceinline__ void mma_step(uint32_t slot, int wm, int wn, int g, i
     }
 }
 
-template <bool DUAL, int CW, bool SF_ALIGNED>
+/* Outputs (row, col) and (row, col + 1) from their sums (x: B's or B1's, y:
+ * B2's): fp32 x 2^12 x alpha, or silu(C1) * C2; one 4-byte store where both
+ * exist and c allows it (`pairs`). */
+template <bool DUAL>
+__device__ __forceinline__ void store_pair(const nvfp4_matmul &p, uint16_t *c, bool pairs, float scale, int64_t row,
+                                           int64_t col, float x0, float x1, float y0, float y1) {
+  if (row >= p.m || col >= p.n) return;
+  const float v0 = DUAL ? silu(x0 * scale) * (y0 * scale) : x0 * scale;
+  const float v1 = DUAL ? silu(x1 * scale) * (y1 * scale) : x1 * scale;
+  uint16_t *dst = c + row * p.c_row_stride + col;
+  if (pairs && col + 1 < p.n) {
+    *reinterpret_cast<uint32_t *>(dst) = pack_half2(v0, v1);
+  } else {
+    store_half(dst, v0);
+    if (col + 1 < p.n) store_half(dst + 1, v1);
+  }
+}
+
+template <bool DUAL, int CW, bool SF_ALIGNED, int WK>
 __global__ void __launch_bounds__(THREADS, 2) matmul_mma_kernel(const __grid_constant__ MatmulTable t) {
-  __shared__ __align__(128) uint8_t smem[STAGES * STAGE_BYTES];
+  using S = Shape<WK>;
+  extern __shared__ __align__(128) uint8_t smem[];
 
   int64_t tile = blockIdx.x;
   const nvfp4_matmul &p = t.p[table_find(t, tile)];
-  const int64_t tiles_n = (p.n + tile_n<DUAL>() - 1) / tile_n<DUAL>(), tiles_m = (p.m + TM - 1) / TM;
+  constexpr int TN = tile_n<DUAL, WK>();
+  const int64_t tiles_n = (p.n + TN - 1) / TN, tiles_m = (p.m + S::TM - 1) / S::TM;
   const int64_t l = tile / (tiles_m * tiles_n);
-  const int64_t m0 = tile / tiles_n % tiles_m * TM, n0 = tile % tiles_n * tile_n<DUAL>();
-  const int steps = (int)((p.k + KSTEP - 1) / KSTEP);
+  const int64_t m0 = tile / tiles_n % tiles_m * S::TM, n0 = tile % tiles_n * TN;
+  const int ksteps = (int)((p.k + KSTEP - 1) / KSTEP), steps = (ksteps + WK - 1) / WK; /* stages' worth */
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = warp & 1, wn = warp >> 1, g = lane / 4, tq = lane % 4;
-  const uint32_t base = smem_addr(smem);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int wm = WK == 1 ? warp & 1 : 0, wn = WK == 1 ? warp >> 1 : 0, wk = WK == 1 ? 0 : warp;
+  const uint32_t base = smem_addr(smem) + wk * S::STEP_BYTES;
 
   Acc<DUAL> acc;
 #pragma unroll
@@ -187,87 +225,102 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_mma_kernel(const __grid_con
 #pragma unroll
         for (int e = 0; e < 4; e++) acc.v[m][i][j][e] = 0.f;
 
-  /* The ring: a cp.async group per step (empty past the end, so the count
-   * stays exact). Unaligned scales go through registers instead: step s's
+  /* The ring: a cp.async group per stage (empty past the end, so the count
+   * stays exact). Unaligned scales go through registers instead: stage s's
    * are loaded when its codes are copied (iteration s - 3) and stored at
    * iteration s - 2, whose slot every warp left before that iteration's
-   * barrier; the load has one step's mma to arrive. */
-  static_assert(TM == THREADS && TB == THREADS, "a thread copies one row of A and one of B");
-  static_assert(STAGES >= 3, "unaligned scales are stored two steps ahead");
-  const int ra_r = threadIdx.x, rb_r = TM + threadIdx.x;
-  const RowCopy ra = row_copy<DUAL>(p, ra_r, l, m0, n0), rb = row_copy<DUAL>(p, rb_r, l, m0, n0);
-  uint32_t sfa = 0, sfb = 0; /* unaligned scales on their way to shared memory */
+   * barrier; the loads have one stage's mma to arrive. */
+  static_assert(STAGES >= 3, "unaligned scales are stored two stages ahead");
+  RowCopy rc[S::NR];
+#pragma unroll
+  for (int q = 0; q < S::NR; q++) rc[q] = row_copy<DUAL, WK>(p, threadIdx.x + q * THREADS, l, m0, n0);
+  uint32_t sfr[S::NR][WK]; /* unaligned scales on their way to shared memory */
+  auto copy_stage = [&](int s) {
+    uint8_t *slot = smem + s % STAGES * S::STAGE_BYTES;
+#pragma unroll
+    for (int u = 0; u < WK; u++)
+#pragma unroll
+      for (int q = 0; q < S::NR; q++) {
+        const int r = threadIdx.x + q * THREADS;
+        copy_codes<CW>(rc[q], p.k, s * WK + u, slot + u * S::STEP_BYTES, r);
+        if (SF_ALIGNED)
+          copy_scales(rc[q], p.k, s * WK + u, slot + u * S::STEP_BYTES + S::SF + r * 4);
+        else
+          sfr[q][u] = load_scales(rc[q], p.k, s * WK + u);
+      }
+  };
+  auto store_scales = [&](int s) {
+    uint8_t *slot = smem + s % STAGES * S::STAGE_BYTES;
+#pragma unroll
+    for (int u = 0; u < WK; u++)
+#pragma unroll
+      for (int q = 0; q < S::NR; q++)
+        *reinterpret_cast<uint32_t *>(slot + u * S::STEP_BYTES + S::SF + (threadIdx.x + q * THREADS) * 4) = sfr[q][u];
+  };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
-    uint8_t *slot = smem + s * STAGE_BYTES;
     if (s < steps) {
-      copy_codes<CW>(ra, p.k, s, slot, ra_r);
-      copy_codes<CW>(rb, p.k, s, slot, rb_r);
-      if (SF_ALIGNED) {
-        copy_scales(ra, p.k, s, slot, ra_r);
-        copy_scales(rb, p.k, s, slot, rb_r);
-      } else {
-        sfa = load_scales(ra, p.k, s), sfb = load_scales(rb, p.k, s);
-        if (s < STAGES - 2) {
-          *reinterpret_cast<uint32_t *>(slot + SF_BASE + ra_r * 4) = sfa;
-          *reinterpret_cast<uint32_t *>(slot + SF_BASE + rb_r * 4) = sfb;
-        }
-      }
+      copy_stage(s);
+      if (!SF_ALIGNED && s < STAGES - 2) store_scales(s);
     }
     cp_async_commit();
   }
   for (int s = 0; s < steps; s++) {
     cp_async_wait<STAGES - 2>();
-    __syncthreads(); /* step s landed for every thread; every warp is done with step s - 1's slot */
-    const int next = s + STAGES - 1;
-    if (!SF_ALIGNED && s + STAGES - 2 < steps) {
-      uint8_t *slot = smem + (s + STAGES - 2) % STAGES * STAGE_BYTES;
-      *reinterpret_cast<uint32_t *>(slot + SF_BASE + ra_r * 4) = sfa;
-      *reinterpret_cast<uint32_t *>(slot + SF_BASE + rb_r * 4) = sfb;
-    }
-    if (next < steps) {
-      uint8_t *slot = smem + next % STAGES * STAGE_BYTES;
-      copy_codes<CW>(ra, p.k, next, slot, ra_r);
-      copy_codes<CW>(rb, p.k, next, slot, rb_r);
-      if (SF_ALIGNED) {
-        copy_scales(ra, p.k, next, slot, ra_r);
-        copy_scales(rb, p.k, next, slot, rb_r);
-      } else {
-        sfa = load_scales(ra, p.k, next), sfb = load_scales(rb, p.k, next);
-      }
-    }
+    __syncthreads(); /* stage s landed for every thread; every warp is done with stage s - 1's slot */
+    if (!SF_ALIGNED && s + STAGES - 2 < steps) store_scales(s + STAGES - 2);
+    if (s + STAGES - 1 < steps) copy_stage(s + STAGES - 1);
     cp_async_commit();
-    mma_step<DUAL>(base + s % STAGES * STAGE_BYTES, wm, wn, g, tq, acc);
+    mma_step<DUAL, WK>(base + s % STAGES * S::STAGE_BYTES, wm, wn, g, tq, acc);
   }
   cp_async_wait<0>();
 
-  /* d[e]: activation row g (e < 2) or g + 8, weight row 2 tq + e % 2 of the n8 tile. */
+  /* d[e] of an n8 tile: activation row g (e < 2) or g + 8, weight row 2 tq + e % 2. */
   const float scale = NVFP4_TC_UNSCALE * (DUAL ? 1.f : problem_alpha(p));
   uint16_t *c = p.c + l * p.c_batch_stride;
   const bool pairs = aligned(c, 4) && p.c_row_stride % 2 == 0;
+  constexpr int NT = Acc<DUAL>::NT, M2 = Acc<DUAL>::MATS - 1;
+  const int64_t col0 = n0 + (DUAL ? 32 : 64) * wn + 2 * tq;
+  if constexpr (WK == 1) {
 #pragma unroll
-  for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++)
 #pragma unroll
-    for (int j = 0; j < Acc<DUAL>::NT; j++)
+      for (int j = 0; j < NT; j++)
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int64_t row = m0 + 64 * wm + 16 * i + g + 8 * h;
-        const int64_t col = n0 + (DUAL ? 32 : 64) * wn + 8 * j + 2 * tq;
-        float v[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const float x = acc.v[0][i][j][2 * h + e] * scale;
-          v[e] = DUAL ? silu(x) * (acc.v[Acc<DUAL>::MATS - 1][i][j][2 * h + e] * scale) : x;
+        for (int h = 0; h < 2; h++) {
+          const float *x = acc.v[0][i][j], *y = acc.v[M2][i][j];
+          store_pair<DUAL>(p, c, pairs, scale, m0 + 64 * wm + 16 * i + g + 8 * h, col0 + 8 * j, x[2 * h], x[2 * h + 1],
+                           y[2 * h], y[2 * h + 1]);
         }
-        if (row >= p.m || col >= p.n) continue;
-        uint16_t *dst = c + row * p.c_row_stride + col;
-        if (pairs && col + 1 < p.n)
-          *reinterpret_cast<uint32_t *>(dst) = pack_half2(v[0], v[1]);
-        else {
-          store_half(dst, v[0]);
-          if (col + 1 < p.n) store_half(dst + 1, v[1]);
-        }
-      }
+  } else {
+    /* The 4 partial tiles: warp w's float f (f = ((mat * 4 + i) * NT + j) * 4 + e)
+     * at red[(w * 128 + f) * 32 + lane]; warp w then adds all four of m16
+     * tile i = w in warp order (deterministic) and stores them. */
+    float *red = reinterpret_cast<float *>(smem);
+    __syncthreads(); /* every warp is done with the ring */
+#pragma unroll
+    for (int m = 0; m < Acc<DUAL>::MATS; m++)
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) red[(warp * 128 + ((m * 4 + i) * NT + j) * 4 + e) * 32 + lane] = acc.v[m][i][j][e];
+    __syncthreads();
+    auto sum = [&](int m, int j, int e) {
+      const int f = ((m * 4 + warp) * NT + j) * 4 + e;
+      float x = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; w++) x += red[(w * 128 + f) * 32 + lane];
+      return x;
+    };
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        store_pair<DUAL>(p, c, pairs, scale, m0 + 16 * warp + g + 8 * h, col0 + 8 * j, sum(0, j, 2 * h),
+                         sum(0, j, 2 * h + 1), sum(M2, j, 2 * h), sum(M2, j, 2 * h + 1));
+  }
 }
 
 /* The code copies' width every operand of a problem allows: 16, 8, or 0
@@ -292,25 +345,68 @@ bool scales_aligned(const nvfp4_matmul &p) {
   return scales_aligned(p.a) && scales_aligned(p.b) && (!p.b2.data || scales_aligned(p.b2));
 }
 
-template <bool DUAL, int CW>
-cudaError_t launch(const MatmulTable &t, unsigned tiles, bool sf_aligned, cudaStream_t stream) {
-  if (sf_aligned)
-    matmul_mma_kernel<DUAL, CW, true><<<tiles, THREADS, 0, stream>>>(t);
-  else
-    matmul_mma_kernel<DUAL, CW, false><<<tiles, THREADS, 0, stream>>>(t);
+/* An environment variable read once: -1 unset, 0 if it starts with '0', else 1. */
+int env_flag(const char *name) {
+  const char *e = std::getenv(name);
+  return !e ? -1 : e[0] == '0' ? 0 : 1;
+}
+
+/* NVFP4_MMA: 0 never (the SIMT kernel takes what this one would); 1 ahead of
+ * every kernel but the gemv op's GEMV, on every launch it can run
+ * (benchmarks, the tests' second pass); unset, where the wgmma, GEMV and
+ * skinny kernels do not run (csrc/cuda/dispatch.cu). */
+int mma_env() {
+  static const int v = env_flag("NVFP4_MMA");
+  return v;
+}
+
+/* NVFP4_MMA_SPLIT: 0 / 1 every launch with WK = 1 / 4; unset, the rule in
+ * matmul_mma_launch. */
+int split_env() {
+  static const int v = env_flag("NVFP4_MMA_SPLIT");
+  return v;
+}
+
+template <bool DUAL, int CW, bool SF_ALIGNED, int WK>
+cudaError_t launch(const MatmulTable &t, unsigned tiles, cudaStream_t stream) {
+  auto kernel = matmul_mma_kernel<DUAL, CW, SF_ALIGNED, WK>;
+  constexpr int smem = Shape<WK>::SMEM;
+  if (smem > 48 * 1024) { /* opt in once per device */
+    static std::atomic<uint64_t> done{0};
+    const DeviceInfo &dev = device_info();
+    const uint64_t bit = 1ull << (dev.id & 63);
+    if (!(done.load(std::memory_order_relaxed) & bit)) {
+      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (err != cudaSuccess) return err;
+      done.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
+  kernel<<<tiles, THREADS, smem, stream>>>(t);
   return cudaGetLastError();
 }
 
-/* NVFP4_MMA in the environment (read once): 0 never (the SIMT kernel takes
- * what this one would); 1 ahead of every kernel but the gemv op's GEMV, on
- * every launch it can run (benchmarks, the tests' second pass); unset, where
- * the wgmma, GEMV and skinny kernels do not run (csrc/cuda/dispatch.cu). */
-int mma_env() {
-  static const int v = [] {
-    const char *e = std::getenv("NVFP4_MMA");
-    return !e ? -1 : e[0] == '0' ? 0 : 1;
-  }();
-  return v;
+template <bool DUAL, int CW, bool SF_ALIGNED>
+cudaError_t launch(const MatmulTable &t, unsigned tiles, int wk, cudaStream_t stream) {
+  return wk == 1 ? launch<DUAL, CW, SF_ALIGNED, 1>(t, tiles, stream) : launch<DUAL, CW, SF_ALIGNED, 4>(t, tiles, stream);
+}
+
+template <bool DUAL, int CW>
+cudaError_t launch(const MatmulTable &t, unsigned tiles, bool sf_aligned, int wk, cudaStream_t stream) {
+  return sf_aligned ? launch<DUAL, CW, true>(t, tiles, wk, stream) : launch<DUAL, CW, false>(t, tiles, wk, stream);
+}
+
+/* Tiles of a launch with WK = wk (empty problems have none). */
+int64_t count_tiles(const nvfp4_matmul *problems, int count, int wk, MatmulTable *t) {
+  const bool dual = problems[0].b2.data != nullptr;
+  const int tm = wk == 1 ? Shape<1>::TM : Shape<4>::TM;
+  const int tn = dual ? (wk == 1 ? tile_n<true, 1>() : tile_n<true, 4>()) : (wk == 1 ? tile_n<false, 1>() : tile_n<false, 4>());
+  int64_t tiles = 0;
+  for (int g = 0; g < count; g++) {
+    const nvfp4_matmul &p = problems[g];
+    if (t) t->tile_start[g] = (int32_t)tiles;
+    tiles += (p.m + tm - 1) / tm * ((p.n + tn - 1) / tn) * p.batch;
+  }
+  return tiles;
 }
 
 }  // namespace
@@ -322,29 +418,42 @@ bool matmul_mma_supported(const nvfp4_matmul &p) {
   return mma_env() != 0 && device_info().major >= 8 && copy_width(p) > 0;
 }
 
+/* WK for a launch of `tiles` 128 x 128 tiles (WK = 1) on `sms` SMs, by time
+ * in units of one such tile at two CTAs per SM: an SM with one CTA of WK = 1
+ * runs at 0.82 of that, and WK = 4 at full occupancy at 0.82 of WK = 1 (its
+ * copies and its partial sums; H100, bench_gemm: 512 x 4096 x 7168, 4096^3;
+ * PERF.md session 48). A 4x finer split pays where the coarse one leaves
+ * SMs idle or unevenly loaded: M = 128 (32 to 56 tiles) 1.5-2.7x faster,
+ * 192 tiles 11%; at 128 and 256 tiles WK = 1 measured 9% and 19% faster. */
+int choose_wk(int64_t tiles, int sms) {
+  constexpr double EFF = 0.82;
+  const double n1 = (double)((tiles + sms - 1) / sms), n4 = (double)((4 * tiles + sms - 1) / sms);
+  const double c1 = n1 <= 1 ? 1 / EFF : n1, c4 = (n4 <= 1 ? 1 / EFF : 1) * n4 / 4 / EFF;
+  return c4 < 0.95 * c1 ? 4 : 1;
+}
+
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
- * matmul_mma_supported. One launch; empty problems get no tiles. */
+ * matmul_mma_supported. One launch; empty problems get no tiles; WK by
+ * choose_wk. */
 cudaError_t matmul_mma_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
   MatmulTable t;
-  int64_t tiles = 0;
   int cw = 16;
   bool sf_aligned = true;
-  const bool dual = problems[0].b2.data != nullptr;
-  const int tn = dual ? tile_n<true>() : tile_n<false>();
   for (int g = 0; g < count; g++) {
-    const nvfp4_matmul &p = problems[g];
-    t.p[g] = p;
-    t.tile_start[g] = (int32_t)tiles;
-    tiles += (p.m + TM - 1) / TM * ((p.n + tn - 1) / tn) * p.batch;
-    cw = std::min(cw, copy_width(p));
-    sf_aligned = sf_aligned && scales_aligned(p);
+    t.p[g] = problems[g];
+    cw = std::min(cw, copy_width(problems[g]));
+    sf_aligned = sf_aligned && scales_aligned(problems[g]);
   }
-  t.tile_start[count] = (int32_t)tiles;
   t.count = count;
+  const int split = split_env();
+  const int wk = split == 0 ? 1 : split == 1 ? 4 : choose_wk(count_tiles(problems, count, 1, nullptr), device_info().sms);
+  const int64_t tiles = count_tiles(problems, count, wk, &t);
+  t.tile_start[count] = (int32_t)tiles;
   if (tiles == 0) return cudaSuccess;
   if (tiles > INT32_MAX || cw == 0) return cudaErrorInvalidConfiguration;
-  if (dual) return cw == 16 ? launch<true, 16>(t, (unsigned)tiles, sf_aligned, stream)
-                            : launch<true, 8>(t, (unsigned)tiles, sf_aligned, stream);
-  return cw == 16 ? launch<false, 16>(t, (unsigned)tiles, sf_aligned, stream)
-                  : launch<false, 8>(t, (unsigned)tiles, sf_aligned, stream);
+  if (problems[0].b2.data)
+    return cw == 16 ? launch<true, 16>(t, (unsigned)tiles, sf_aligned, wk, stream)
+                    : launch<true, 8>(t, (unsigned)tiles, sf_aligned, wk, stream);
+  return cw == 16 ? launch<false, 16>(t, (unsigned)tiles, sf_aligned, wk, stream)
+                  : launch<false, 8>(t, (unsigned)tiles, sf_aligned, wk, stream);
 }
