@@ -17,6 +17,13 @@ def main():
     def close(out, ref):
         return bool(within_tolerance(out, ref).all())
 
+    def wrong(op, a, b, b2):
+        """Whether op ("gemm": a x b, "dual": silu(a x b) * (a x b2)) is off the reference."""
+        if op == "gemm":
+            return not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+        return not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                         reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+
     # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
     # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
     # the last 128-row tile of M = 130 / 161 / 200 runs wgmma of N = 32 / 64 / 96;
@@ -75,11 +82,7 @@ def main():
                            ("dual", 66, 8, 64, 7168), ("gemm", 66, 6, 96, 7168), ("gemm", None, 300, 8, 1024)]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
         b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
-        if op == "gemm":
-            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-        else:
-            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
-                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+        bad += wrong(op, a, b, b2)
     # Stream-K (csrc/cuda/matmul_sm90.cu): 72 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
     # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs in ranges of equal cost (unequal
     # steps) that hand partials over through the workspace
@@ -100,11 +103,7 @@ def main():
     for op, L, m, n, k in [("gemm", 2, 70, 90, 96), ("dual", None, 200, 129, 1056)]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout="linear")
         b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
-        if op == "gemm":
-            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-        else:
-            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
-                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+        bad += wrong(op, a, b, b2)
     a, b = (random_operand(None, r, 656, gen=gen, device=dev) for r in (150, 130))
     a_data, a_sf, b_data, b_sf = a.data[:, 8:328], a.sf[:, 1:41], b.data[:, 8:328], b.sf[:, 1:41]
     bad += not close(nk.gemm(a_data, b_data, a_sf, b_sf), reference.gemm(a_data, b_data, a_sf, b_sf))

@@ -7,24 +7,36 @@
  * kernel leaves (K not a multiple of 64, rows 8 but not 16 bytes aligned).
  * Until it came, all of those ran the SIMT kernel at ~0.02 of speed of light.
  *
- * Speed of light. The tensor work of C = A B^T is 2 M N K flops; on an A100
- * mma.sync is the peak path (312 TFLOP/s fp16 dense), on Hopper it reaches
- * about two thirds of wgmma's rate. The decode is paid per warp: a warp of a
- * 64 x 64 output tile decodes its 64 activation rows and 64 weight rows of
- * every K step (8 codes -> 4 fp16x2 in ~15 instructions), i.e. ~500
- * instructions against 128 mma per warp and K step of 64; a CTA's four warps
- * each decode their own rows, so a row is decoded twice per CTA (two warps
- * share it), in exchange for no fp16 tile in shared memory and no barrier
- * between the decode and the mma.
+ * Speed of light: max(bytes / DRAM bandwidth, 2 M N K / the fp16 tensor rate),
+ * where on Hopper that rate is wgmma's (the ceiling benchmarks/ measure) and
+ * mma.sync's own peak is lower; on an A100 mma.sync is the peak path (312
+ * TFLOP/s dense). Per warp and K step of 64 the kernel issues 128 mma
+ * m16n8k16 and decodes 64 activation rows and 64 weight rows itself (32
+ * words of 8 codes, ~15 instructions each: numerics.h): the loop is ~830
+ * SASS instructions a step (sm_90a, gemm, 16-byte copies, aligned scales),
+ * ~6.5 per mma. A row is decoded by both warps that share it, in exchange for
+ * no fp16 tile in shared memory and no barrier between the decode and the mma.
+ * Measured (H100, PERF.md session 48): 0.33 of the wgmma SOL at 4096^3 (255
+ * TFLOP/s), 0.27-0.33 at M = 512..1024, 0.15-0.22 at M = 128 (gemm) and 256
+ * (dual); the SIMT kernel it replaces ran at ~0.02. 4096^3 is 15-17 cycles a
+ * mma per scheduler against ~6.5 instructions: not issue-bound; whether
+ * mma.sync's own rate on Hopper (not measured here) or latency with 8 warps
+ * an SM holds it is open.
  *
- * Dataflow, per CTA = 128 threads = 4 warps (2 x 2), output tile 128
- * activation rows x TN weight rows (gemm TN = 128; dual 64 rows of B1 and the
- * same 64 of B2), K step 64:
+ * Dataflow, per CTA = 128 threads = 4 warps, K step 64, by WK:
+ *   WK = 1: warps 2 x 2 over 128 activation rows x TN weight rows (gemm TN =
+ *     128; dual 64 rows of B1 and the same 64 of B2), every warp every step;
+ *   WK = 4: all 4 on one 64 x 64 tile (dual 64 x 32 of each), warp w on the
+ *     steps 4 i + w; where the 128-row tiles would leave SMs idle
+ *     (choose_wk: M = 128 1.5-2.7x faster).
  *   gmem codes (32 bytes of a row) + its 4 scale bytes --cp.async, a ring of
- *     STAGES slots shared by the CTA, zero-filled past M, N and K--> smem
+ *     STAGES slots of WK steps shared by the CTA, zero-filled past M, N and
+ *     K--> smem (scale rows not in aligned words: loaded by bytes into
+ *     registers and stored two stages ahead)
  *   per warp and step: its 64 activation rows -> mma A fragments
  *     (nvfp4_wgmma_a_fragments, 64 registers), then per 8 weight rows their
  *     B fragments (nvfp4_e2m1x8_to_half2x4) and 16 mma (4 m16 x 4 k16)
+ *   WK = 4: the 4 partial tiles through shared memory, added in warp order
  *   epilogue: fp32 x 2^12 (NVFP4_TC_UNSCALE) x alpha (or silu(C1) * C2) -> fp16.
  * The K order inside a step is numerics.h's (thread t of a quad owns bytes
  * 8t..8t+7 of a row, one scale block): both operands decode the same way, so
