@@ -3,8 +3,8 @@ GPU without the wgmma kernel and, on Hopper, of K not a multiple of 64 and of ro
 bytes aligned. Every case compares with the exact reference on poisoned outputs (the CPU kernels
 run the same cases) and, on a GPU, asserts through the profiler that the kernel ran where the
 dispatcher must send the shape to it. NVFP4_MMA=1 puts it ahead of the other kernels (but the
-gemv op's GEMV): test_forced_in_a_child runs test_kernel_shapes so, and scripts/gpu_check.sh
-reruns the whole file so."""
+gemv op's GEMV): test_forced_in_a_child reruns this file's GPU cases so in child processes, with
+the kernel's CTA shape (WK) by its rule, forced to 1 and forced to 4 (NVFP4_MMA_SPLIT)."""
 
 import os
 import subprocess
@@ -23,8 +23,6 @@ ON_GPU = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
 FORCED = os.environ.get("NVFP4_MMA") == "1"
 OFF = os.environ.get("NVFP4_MMA") == "0"  # the kernel turned off: its cases on the SIMT kernel
 MMA = "matmul_mma_kernel"
-
-
 SPLIT = os.environ.get("NVFP4_MMA_SPLIT")
 
 
