@@ -27,6 +27,7 @@
 #include "nvfp4.h"
 
 #if defined(__CUDACC__)
+#include "cuda/ptx_sm80.cuh" /* prmt and the other device wrappers */
 #define NVFP4_HD static __host__ __device__ __forceinline__
 #else
 #define NVFP4_HD static inline
@@ -206,17 +207,10 @@ NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes
       }
       q[j] = nvfp4_float_bits(acc);
     }
-    /* bytes 3 of a and b, sign-replicated, in bytes 0 and 1 */
-    auto signs2 = [](float a, float b) {
-      uint32_t d;
-      asm("prmt.b32 %0, %1, %2, 0xFB;" : "=r"(d) : "r"(nvfp4_float_bits(a)), "r"(nvfp4_float_bits(b)));
-      return d;
-    };
-    auto low_halves = [](uint32_t a, uint32_t b) {
-      uint32_t d;
-      asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(d) : "r"(a), "r"(b));
-      return d;
-    };
+    /* bytes 3 of a and b, sign-replicated, in bytes 0 and 1; then two
+     * words' low halves in one */
+    auto signs2 = [](float a, float b) { return prmt(nvfp4_float_bits(a), nvfp4_float_bits(b), 0xFB); };
+    auto low_halves = [](uint32_t a, uint32_t b) { return prmt(a, b, 0x5410); };
     const uint32_t ev = low_halves(signs2(y[0], y[2]), signs2(y[4], y[6])); /* values 0, 2, 4, 6 */
     const uint32_t od = low_halves(signs2(y[1], y[3]), signs2(y[5], y[7])); /* values 1, 3, 5, 7 */
     /* (0x4B000000 << 16) vanishes mod 2^32: one subtraction for both halves */
@@ -270,8 +264,6 @@ static inline uint16_t nvfp4_float_to_half_bits(float f) {
 /* ---- fast device decoders (sm_80+) ------------------------------------- */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
-
-#include "cuda/ptx_sm80.cuh"
 
 /* prmt tables of the e2m1 magnitudes as int8 2*|value|, byte i = index i:
  * indices 0..3 = 2*{0,.5,1,1.5}, 4..7 = 2*{2,3,4,6}; and the same negated. */

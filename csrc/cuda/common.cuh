@@ -4,6 +4,7 @@
  */
 #pragma once
 #include <atomic>
+#include <cstdlib>
 #include <random>
 
 #include <cuda_fp16.h>
@@ -111,11 +112,25 @@ inline unsigned long long launch_epoch() {
 
 __host__ __device__ inline bool aligned(const void *ptr, int64_t a) { return reinterpret_cast<uintptr_t>(ptr) % a == 0; }
 
+/* Every row (and batch) of an operand's codes starts `w`-byte aligned. */
+inline bool rows_aligned(const nvfp4_operand &o, int64_t w) {
+  return aligned(o.data, w) && o.row_stride % w == 0 && o.batch_stride % w == 0;
+}
+
+/* A row's 4 scales of a K step of 64 are one aligned word (either layout). */
+inline bool scales_aligned(const nvfp4_operand &o) {
+  return aligned(o.sf, 4) && o.sf_batch_stride % 4 == 0 && (o.sf_layout != NVFP4_SF_LINEAR || o.sf_row_stride % 4 == 0);
+}
+
 /* An operand whose every row piece is one cp.async: data 16-byte aligned
  * (rows and batches too), scales 4-byte aligned (either layout). */
-inline bool cp_async_ok(const nvfp4_operand &o) {
-  return aligned(o.data, 16) && o.row_stride % 16 == 0 && o.batch_stride % 16 == 0 && aligned(o.sf, 4) &&
-         o.sf_batch_stride % 4 == 0 && (o.sf_layout != NVFP4_SF_LINEAR || o.sf_row_stride % 4 == 0);
+inline bool cp_async_ok(const nvfp4_operand &o) { return rows_aligned(o, 16) && scales_aligned(o); }
+
+/* An environment switch, read by the caller once: -1 unset, 0 where it
+ * starts with '0', else 1. */
+inline int env_flag(const char *name) {
+  const char *e = std::getenv(name);
+  return !e ? -1 : e[0] == '0' ? 0 : 1;
 }
 
 /* The current device's properties that launches need, queried once per device

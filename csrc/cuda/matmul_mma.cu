@@ -51,7 +51,6 @@
  * 16), else 8 (rows of K % 32 == 16: K / 2 bytes is a multiple of 8 only).
  */
 #include <algorithm>
-#include <cstdlib>
 
 #include "common.cuh"
 
@@ -337,11 +336,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_mma_kernel(const __grid_con
 
 /* The code copies' width every operand of a problem allows: 16, 8, or 0
  * (rows not 8-byte aligned: the SIMT kernel's). */
-int copy_width(const nvfp4_operand &o) {
-  for (int w = 16; w >= 8; w /= 2)
-    if (aligned(o.data, w) && o.row_stride % w == 0 && o.batch_stride % w == 0) return w;
-  return 0;
-}
+int copy_width(const nvfp4_operand &o) { return rows_aligned(o, 16) ? 16 : rows_aligned(o, 8) ? 8 : 0; }
 
 int copy_width(const nvfp4_matmul &p) {
   int w = std::min(copy_width(p.a), copy_width(p.b));
@@ -349,18 +344,8 @@ int copy_width(const nvfp4_matmul &p) {
 }
 
 /* Whether a K step's 4 scale bytes of every row are one aligned word. */
-bool scales_aligned(const nvfp4_operand &o) {
-  return aligned(o.sf, 4) && o.sf_batch_stride % 4 == 0 && (o.sf_layout != NVFP4_SF_LINEAR || o.sf_row_stride % 4 == 0);
-}
-
 bool scales_aligned(const nvfp4_matmul &p) {
   return scales_aligned(p.a) && scales_aligned(p.b) && (!p.b2.data || scales_aligned(p.b2));
-}
-
-/* An environment variable read once: -1 unset, 0 if it starts with '0', else 1. */
-int env_flag(const char *name) {
-  const char *e = std::getenv(name);
-  return !e ? -1 : e[0] == '0' ? 0 : 1;
 }
 
 /* NVFP4_MMA: 0 never (the SIMT kernel takes what this one would); 1 ahead of

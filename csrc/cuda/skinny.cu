@@ -455,10 +455,7 @@ cudaError_t launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws_fn, void *ctx, c
  * run (M = 2..16; the tests' second pass); unset, where it measured faster
  * (below). */
 int skinny_env() {
-  static const int v = [] {
-    const char *e = std::getenv("NVFP4_SKINNY");
-    return !e ? -1 : e[0] == '0' ? 0 : 1;
-  }();
+  static const int v = env_flag("NVFP4_SKINNY");
   return v;
 }
 
