@@ -319,10 +319,23 @@ __device__ __forceinline__ void nvfp4_e2m1x8_split(uint32_t w, uint32_t &pos_lo,
  * codes in sm_90a SASS; a shuffle of the literal is folded too). */
 
 /* Two e4m3 bytes (low byte first) -> fp16x2 bits, exact (e4m3 fits in fp16),
- * NaN kept. One cvt on sm_89+; cuda_fp8.h falls back to integer code below. */
+ * NaN kept. One cvt on sm_89+. Below that (no e4m3 cvt; cuda_fp8.h's
+ * fallback is ~80 instructions with branches a pair) each byte goes to the
+ * high byte of its fp16 (prmt: 0, b0, 0, b1), its 7 magnitude bits shifted
+ * down one into fp16's exponent and mantissa: value * 2^-8 exactly,
+ * subnormals included (biases 7 and 15); magnitude 0x7F (e4m3's NaN) also
+ * gets the exponent's top bit, an fp16 NaN; one multiply by 2^8 (0x5C00)
+ * restores the value. 7 integer instructions and a multiply. */
 __device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_half2_bits(uint32_t two_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  const uint32_t y = prmt(two_bytes, 0u, 0x1404u);
+  const uint32_t m = (y >> 1) & 0x3F803F80u;
+  const uint32_t nan = (m + 0x00800080u) & 0x40004000u; /* 0x4000 where m is 0x3F80 */
+  return mul_f16x2(m | nan | (y & 0x80008000u), 0x5C005C00u);
+#else
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
   return (uint32_t)h.x | ((uint32_t)h.y << 16);
+#endif
 }
 
 /* Two e4m3 bytes (low byte first) -> two floats, exact, NaN kept. */
@@ -332,31 +345,51 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
 }
 
 /* ---- fp16 decoder for the tensor-core kernels ---------------------------
- * A code's bits dropped into an e4m3 byte (s 0 0 e1 e0 m 0 0) read
- * value * 2^-6 exactly, subnormal 0.5 included: e4m3's exponent bias is 7,
- * e2m1's 1. The hardware cvt (sm_89+) turns two such bytes into fp16x2, and
- * one fp16 multiply by the scale (nvfp4_e4m3x2_to_half2_bits of its byte)
- * then gives value * scale * 2^-6, exact: at most 5 significant bits, the
- * lowest no finer than 2^-16, magnitude at most 42 (fp16 keeps 11 bits down
- * to 2^-24). The 2^-6 keeps both operands inside fp16; a kernel multiplies
- * its fp32 sums by 2^12 (NVFP4_TC_UNSCALE), a power of two, so the results
- * equal the unscaled sums bit for bit. 7 integer operations, 4 cvt and 4
- * multiplies per 8 codes. (Until session 19 the bits went into an fp16
- * directly, 13 integer operations and 4 multiplies: this is 1-4% faster on
- * 15 of 17 tensor-core shapes measured on an H200, 1.4% slower on the M = 8
- * gemm; PERF.md.) */
-#define NVFP4_TC_UNSCALE 4096.0f
+ * Each code times its block's scale as one fp16, exact, by one of two ways
+ * to the same products (NVFP4_TC_BITS picks, per target):
+ * - sm_89+: a code's bits dropped into an e4m3 byte (s 0 0 e1 e0 m 0 0) read
+ *   value * 2^-6 exactly, subnormal 0.5 included (e4m3's exponent bias is 7,
+ *   e2m1's 1); the hardware cvt turns two such bytes into fp16x2, and one
+ *   fp16 multiply by the scale gives value * scale * 2^-6: at most 5
+ *   significant bits, the lowest no finer than 2^-16, magnitude at most 42.
+ * - below sm_89 (no e4m3 cvt; cuda_fp8.h's fallback made the sm_80 code
+ *   path ~10x slower, PERF.md session 49): the bits dropped into the high
+ *   byte of an fp16 (s 0 0 0 e1 e0 m 0) read value * 2^-14 exactly (fp16's
+ *   bias 15), so the product is value * scale * 2^-14: a multiple of 2^-24
+ *   (value * scale is one of 2^-10) no larger than 0.17, which fp16 holds
+ *   exactly (its subnormals step by 2^-24).
+ * Both: the same shifts and masks (5 operations in the source), then 4 cvt
+ * or 4 prmt, and 4 multiplies per 8 codes. On an H100 the prmt way measured 1-3% slower than the cvt on the
+ * M = 128 wgmma gemms and 1-4% faster on large shapes and on the mma.sync
+ * kernel (session 49), so sm_89+ keeps the cvt.
+ * A kernel multiplies its fp32 sums by NVFP4_TC_UNSCALE (2^12 or 2^28, the
+ * square of the factor), a power of two, so the results are the unscaled
+ * sums bit for bit (the smallest product, 2^-48, is far from fp32's
+ * subnormals). NVFP4_TC_UNSCALE differs by target: device code only. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+#define NVFP4_TC_BITS 1
+#define NVFP4_TC_UNSCALE 268435456.0f /* 2^28 */
+#else
+#define NVFP4_TC_BITS 0
+#define NVFP4_TC_UNSCALE 4096.0f /* 2^12 */
+#endif
 
 /* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 4 fp16x2 of
- * value * scale * 2^-6, where s2 = {scale, scale}, low half first:
- * h = {code 0, code 2}, {4, 6}, {1, 3}, {5, 7}. The even codes (low nibbles)
- * become the bytes of lo, the odd ones (whose sign already sits at a byte's
- * bit 7) those of hi; each cvt reads one half of either. */
+ * value * scale * 2^-6 (2^-14 where NVFP4_TC_BITS), where s2 = {scale, scale},
+ * low half first: h = {code 0, code 2}, {4, 6}, {1, 3}, {5, 7}. The even
+ * codes (low nibbles) become the bytes of lo, the odd ones (whose sign
+ * already sits at a byte's bit 7) those of hi; each cvt (or prmt) reads two
+ * bytes of either. */
 __device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
+  uint32_t f[4];
+#if NVFP4_TC_BITS
+  const uint32_t lo = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
+  const uint32_t hi = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
+  f[0] = prmt(lo, 0u, 0x1404u), f[1] = prmt(lo, 0u, 0x3424u); /* bytes 0, 1 and 2, 3 as high bytes */
+  f[2] = prmt(hi, 0u, 0x1404u), f[3] = prmt(hi, 0u, 0x3424u);
+#else
   const uint32_t lo = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
   const uint32_t hi = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
-  uint32_t f[4];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   /* the halves as .b16 operands: ptxas reads them in place (R.H1) instead
    * of shifting the high ones down first */
   asm("{.reg .b16 a, b, c, d;\n\t"
@@ -368,9 +401,6 @@ __device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2,
       "cvt.rn.f16x2.e4m3x2 %3, d;\n\t}"
       : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
       : "r"(lo), "r"(hi));
-#else
-  f[0] = nvfp4_e4m3x2_to_half2_bits(lo & 0xFFFFu), f[1] = nvfp4_e4m3x2_to_half2_bits(lo >> 16);
-  f[2] = nvfp4_e4m3x2_to_half2_bits(hi & 0xFFFFu), f[3] = nvfp4_e4m3x2_to_half2_bits(hi >> 16);
 #endif
 #pragma unroll
   for (int i = 0; i < 4; i++) h[i] = mul_f16x2(f[i], s2);
