@@ -135,14 +135,25 @@ inline int env_flag(const char *name) {
 
 /* The current device's properties that launches need, queried once per device
  * (host side; at most 64 devices, id >= 64 gets zeros and no fast path). */
+/* An empty kernel (dispatch.cu) whose attributes say which code the device
+ * runs: every kernel is built for the same targets (setup.py). */
+__global__ void nvfp4_arch_probe_kernel();
+
+/* sm90_code: the device runs code compiled for sm_90 or later (its PTX
+ * version, cudaFuncAttributes::ptxVersion >= 90), so the sm_90 parts exist
+ * (the wgmma kernel's body, griddepcontrol for programmatic dependent
+ * launch). False on a GPU that JIT-compiles the compute_80 PTX: one that no
+ * built SASS fits (sm_120, sm_103), or Hopper under a build without sm_90a
+ * (NVFP4_GENCODE). */
 struct DeviceInfo {
   int id, sms, major, minor;
   int64_t smem_optin;
+  bool sm90_code;
 };
 
 inline const DeviceInfo &device_info() {
   static DeviceInfo cache[64] = {};
-  static DeviceInfo none = {64, 0, 0, 0, 0};
+  static DeviceInfo none = {64, 0, 0, 0, 0, false};
   int device = 0;
   cudaGetDevice(&device);
   if (device < 0 || device >= 64) return none;
@@ -154,6 +165,11 @@ inline const DeviceInfo &device_info() {
     cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     d.smem_optin = smem;
     d.id = device;
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, nvfp4_arch_probe_kernel) == cudaSuccess)
+      d.sm90_code = fa.ptxVersion >= 90;
+    else
+      cudaGetLastError(); /* no error left for the next launch's check */
     cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
   }
   return d;

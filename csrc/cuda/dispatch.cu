@@ -39,6 +39,9 @@ bool matmul_mma_supported(const nvfp4_matmul &p);
 bool matmul_mma_forced();
 cudaError_t matmul_mma_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
+/* common.cuh's DeviceInfo::sm90_code reads this kernel's attributes. */
+__global__ void nvfp4_arch_probe_kernel() {}
+
 static bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
 /* M <= 4 (M <= 8 where the integer-mma GEMV takes it) is a GEMV with the

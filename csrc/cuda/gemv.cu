@@ -988,8 +988,8 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
       if (cudaError_t e = open_kernel(kernel, split_cache, device, smem_bytes, THREADS, split_per_sm)) return e;
     }
   }
-  // Programmatic dependent launch on sm_90+ (common.cuh): the kernel may start
-  // while the previous one in the stream ends.
+  // Programmatic dependent launch where the device runs sm_90+ code
+  // (common.cuh): the kernel may start while the previous one in the stream ends.
   cudaLaunchAttribute attr = pdl_attribute();
   for (int64_t l = 0; l < p.batch; l += 65535) {
     const int64_t nb = std::min<int64_t>(p.batch - l, 65535);
@@ -999,7 +999,7 @@ cudaError_t launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t str
     cfg.dynamicSmemBytes = (size_t)smem_bytes;
     cfg.stream = stream;
     cfg.attrs = &attr;
-    cfg.numAttrs = dev.major >= 9 ? 1 : 0;
+    cfg.numAttrs = dev.sm90_code ? 1 : 0; /* its pdl_wait exists */
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
     if (e != cudaSuccess) return e;
   }

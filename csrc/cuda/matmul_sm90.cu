@@ -1185,11 +1185,12 @@ int64_t tile_rows(const nvfp4_matmul *problems, int count) {
 
 NVFP4_TRACE_ATTACH(sm90)
 
-/* Hopper (9.0) only; K a multiple of 64; data 16-byte and scales 4-byte
- * aligned, so every copy is one cp.async. */
+/* Hopper (9.0) running this build's sm_90a code (else the kernel's body is
+ * empty); K a multiple of 64; data 16-byte and scales 4-byte aligned, so
+ * every copy is one cp.async. */
 bool matmul_sm90_supported(const nvfp4_matmul &p) {
   const DeviceInfo &dev = device_info();
-  if (dev.major != 9 || dev.minor != 0) return false;
+  if (dev.major != 9 || dev.minor != 0 || !dev.sm90_code) return false;
   if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
   return cp_async_ok(p.a) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }

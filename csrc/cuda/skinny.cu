@@ -447,7 +447,7 @@ cudaError_t launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws_fn, void *ctx, c
   cfg.stream = stream;
   cudaLaunchAttribute attr = pdl_attribute();
   cfg.attrs = &attr;
-  cfg.numAttrs = dev.major >= 9 ? 1 : 0;
+  cfg.numAttrs = dev.sm90_code ? 1 : 0; /* its pdl_wait exists */
   return cudaLaunchKernelEx(&cfg, skinny_kernel<NT>, p, pl);
 }
 
@@ -470,8 +470,9 @@ bool skinny_forced() { return skinny_env() > 0; }
  * weights hold at least 2^26 values (L N K): there it measured 5-15% faster
  * than the wgmma kernel's 32-row tile (H100, PERF.md session 26; slower with
  * shorter K, and at M > 8 with fewer items per CTA; the GEMV of M vectors is
- * as fast or faster for M <= 4); on other GPUs, which have no tensor-core path
- * here, 5..16. NVFP4_SKINNY=1: M = 2..16 everywhere. */
+ * as fast or faster for M <= 4); on other GPUs 5..16 (the rule predates
+ * matmul_mma.cu, which takes M > 16 there; the two are not compared at M <=
+ * 16). NVFP4_SKINNY=1: M = 2..16 everywhere. */
 bool skinny_supported(const nvfp4_matmul &p) {
   const DeviceInfo &dev = device_info();
   const int env = skinny_env();
