@@ -54,9 +54,12 @@ def launched(fn):
 def skinny_expected(m, n, k, batch=1):
     """Whether a gemm of M rows, N and K (aligned operands, N > 4) runs the skinny kernel
     (csrc/cuda/skinny.cu, skinny_supported; on Hopper, unless NVFP4_SKINNY is set, only where the
-    integer-mma GEMV does not take M <= 8 rows first: csrc/cuda/dispatch.cu) on this GPU."""
+    integer-mma GEMV does not take M <= 8 rows first: csrc/cuda/dispatch.cu) on this GPU. N = 5..8
+    goes to that GEMV first (N vectors against M rows) wherever its rule takes it, setting or not."""
     env = os.environ.get("NVFP4_SKINNY")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0) or env == "0" or k % 256:
+        return False
+    if mma_rule("gemm", n, m, k, batch):
         return False
     if env is not None:
         return 2 <= m <= 16
