@@ -10,7 +10,10 @@
 # /tmp/nvfp4_ab/NAME (or, where tools/ab_NAME/ exists, its csrc/ instead: put
 # another revision there with `git archive REV csrc | tar -x -C tools/ab_NAME`,
 # untracked, so the device tool carries it; delete it before committing),
-# built for sm_90a only with NVFP4_NVCC_FLAGS = its flags, all builds at once.
+# built for sm_90a only (or for AB_GENCODE_NAME's targets, e.g.
+# AB_GENCODE_new80=-gencode=arch=compute_80,code=compute_80: the sm_80 code
+# path, JIT-compiled on a Hopper) with NVFP4_NVCC_FLAGS = its flags, all
+# builds at once.
 # Then ROUNDS rounds run the command in each variant's copy in turn, output
 # prefixed by "NAME rROUND|" (the copy has no tests/: pytest from the
 # repository root would import the root's package, not the variant's; a
@@ -34,11 +37,13 @@ if [ "$step" != run ]; then
   pids=()
   for e in "${entries[@]}"; do
     name=${e%%=*} flags=${e#*=}
+    gvar=AB_GENCODE_$name
+    gencode=${!gvar:--gencode=arch=compute_90a,code=sm_90a}
     dir=$root/$name
     rm -rf "$dir" && mkdir -p "$dir"
     cp -r csrc nvfp4_kernels benchmarks setup.py pyproject.toml submission.py "$dir"/
     if [ -d "tools/ab_$name/csrc" ]; then rm -rf "$dir/csrc" && cp -r "tools/ab_$name/csrc" "$dir/csrc"; fi
-    (cd "$dir" && NVFP4_NVCC_FLAGS="$flags" NVFP4_GENCODE=-gencode=arch=compute_90a,code=sm_90a MAX_JOBS=$jobs \
+    (cd "$dir" && NVFP4_NVCC_FLAGS="$flags" NVFP4_GENCODE="$gencode" MAX_JOBS=$jobs \
       python3 setup.py build_ext --inplace >build.log 2>&1 || { echo "$name: build failed"; tail -20 build.log; exit 1; }) &
     pids+=($!)
   done
