@@ -359,9 +359,10 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
  *   (value * scale is one of 2^-10) no larger than 0.17, which fp16 holds
  *   exactly (its subnormals step by 2^-24).
  * Both: the same shifts and masks (5 operations in the source), then 4 cvt
- * or 4 prmt, and 4 multiplies per 8 codes. On an H100 the prmt way measured 1-3% slower than the cvt on the
- * M = 128 wgmma gemms and 1-4% faster on large shapes and on the mma.sync
- * kernel (session 49), so sm_89+ keeps the cvt.
+ * or 4 prmt, and 4 multiplies per 8 codes. On an H100 the prmt way measured
+ * 1-3% slower than the cvt on the M = 128 wgmma gemms and 1-4% faster on
+ * large shapes and on the mma.sync kernel (session 49), so sm_89+ keeps the
+ * cvt.
  * A kernel multiplies its fp32 sums by NVFP4_TC_UNSCALE (2^12 or 2^28, the
  * square of the factor), a power of two, so the results are the unscaled
  * sums bit for bit (the smallest product, 2^-48, is far from fp32's

@@ -133,15 +133,15 @@ inline int env_flag(const char *name) {
   return !e ? -1 : e[0] == '0' ? 0 : 1;
 }
 
-/* The current device's properties that launches need, queried once per device
- * (host side; at most 64 devices, id >= 64 gets zeros and no fast path). */
 /* An empty kernel (dispatch.cu) whose attributes say which code the device
  * runs: every kernel is built for the same targets (setup.py). */
 __global__ void nvfp4_arch_probe_kernel();
 
-/* sm90_code: the device runs code compiled for sm_90 or later (its PTX
- * version, cudaFuncAttributes::ptxVersion >= 90), so the sm_90 parts exist
- * (the wgmma kernel's body, griddepcontrol for programmatic dependent
+/* The current device's properties that launches need, queried once per device
+ * (host side; at most 64 devices, id >= 64 gets zeros and no fast path).
+ * sm90_code: the device runs code compiled for sm_90 or later (the probe's
+ * PTX version, cudaFuncAttributes::ptxVersion >= 90), so the sm_90 parts
+ * exist (the wgmma kernel's body, griddepcontrol for programmatic dependent
  * launch). False on a GPU that JIT-compiles the compute_80 PTX: one that no
  * built SASS fits (sm_120, sm_103), or Hopper under a build without sm_90a
  * (NVFP4_GENCODE). */
