@@ -27,7 +27,6 @@
 #include "nvfp4.h"
 
 #if defined(__CUDACC__)
-#include "cuda/ptx_sm80.cuh" /* prmt and the other device wrappers */
 #define NVFP4_HD static __host__ __device__ __forceinline__
 #else
 #define NVFP4_HD static inline
@@ -132,11 +131,6 @@ NVFP4_HD uint32_t nvfp4_float_to_e4m3(float f) {
   return sign | ((x >> 20) - (120u << 3));
 }
 
-#if defined(__CUDACC__)
-/* the fast device decoder of e4m3 (below, with the others) */
-__device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes);
-#endif
-
 /* One block of 16 values (x times the global scale g) to NVFP4:
  *   scale  = e4m3(fp32(fp32(amax(|x|) * g) / 6))     (nvfp4_float_to_e4m3)
  *   code_i = e2m1 of y_i / scale, y_i = fp32(x_i * g)
@@ -154,72 +148,8 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes);
 NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes[8]) {
   float amax = 0.0f; /* NaN once any value is (fmaxf would drop it) */
   for (int i = 0; i < 16; i++) amax = nvfp4_fmax_nan(amax, fabsf(x[i]));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  /* sm_89+: the hardware conversion, the same rounding as
-   * nvfp4_float_to_e4m3 for this scale (nearest even, saturating at 448, NaN
-   * to 0x7F) in one instruction instead of ~60 with branches; the e4m3 byte
-   * is the low one of the pair (the high one encodes 0), decoded back by the
-   * device decoder below. */
-  uint16_t pair;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"((amax * g) / 6.0f));
-  const uint32_t sf = pair & 0xFFu;
-  const float s = nvfp4_e4m3x2_to_float2(pair).x;
-#else
   const uint32_t sf = nvfp4_float_to_e4m3((amax * g) / 6.0f);
   const float s = nvfp4_e4m3_to_float(sf);
-#endif
-#if defined(__CUDA_ARCH__)
-  /* The same codes from the FMA pipe. The compares and selects below run on
-   * the ALU pipe, at half the FMA pipe's rate, and bound the quantize kernel
-   * (H100: 1182 ALU instructions a warp per 64 values, ~140 us at 7168 x
-   * 16384 against the measured 139). Here each boundary test is one fused
-   * multiply-add, saturated to [0, 1]: with B = 2^40, fma(a, -B, t * B) is
-   * (t - a) * B rounded once, >= 1 when a < t (floats a != t differ by at
-   * least 2^-35 for t >= 2^-11, the smallest boundary of a nonzero scale),
-   * <= 0 otherwise; an infinite a gives +-inf, a NaN 0 (such blocks are
-   * fixed below). Every t * B and each sum of them below has at most 8
-   * significant bits, so the selections as products of 0 / 1 are exact. */
-  const float B = 0x1p40f, sb = s * B;
-  const float p3 = 1.75f * sb, p5 = 3.5f * sb, p15 = -2.75f * sb; /* inclusive boundaries t3, t5, t1 - t5 */
-  /* strict boundaries: -t6, t6 - t2, t6 - t4, t2 + t4 - t0 - t6 */
-  const float m6 = -5.0f * sb, e26 = 3.75f * sb, e46 = 2.5f * sb, e0 = -1.5f * sb;
-  /* Four magnitudes at a time packed as a float: acc = 2^23 + sum 16^i m_i
-   * (at most 2^23 + 0x7777), each m_i - 6 = b0 - 4 n2 - 2 n1 added by one
-   * multiply-add, every step an exact integer below 2^24, so acc's bits are
-   * 0x4B000000 + the four nibbles. The signs: byte 3 of each y by prmt,
-   * sign-replicated to 0x00 / 0xFF, even values' into one word and odd
-   * values' into another, masked to bits 4i + 3. */
-  uint32_t w[2];
-  for (int h = 0; h < 2; h++) {
-    float y[8];
-    uint32_t q[2];
-    for (int j = 0; j < 2; j++) {
-      float acc = 8388608.0f + 6.0f * 4369.0f; /* 2^23 + 6 (1 + 16 + 256 + 4096) */
-      for (int i = 0; i < 4; i++) {
-        y[4 * j + i] = x[8 * h + 4 * j + i] * g;
-        const float a = fabsf(y[4 * j + i]);
-        const float n2 = __saturatef(fmaf(a, -B, p3));               /* a < t3 */
-        const float n1 = __saturatef(fmaf(a, -B, fmaf(n2, p15, p5))); /* a < (t1 or t5) */
-        /* -t6, -t2, -t4 or -t0 by (n2, n1) = (0, 0), (1, 0), (0, 1), (1, 1) */
-        const float last = fmaf(n1, fmaf(n2, e0, e46), fmaf(n2, e26, m6));
-        const float b0 = __saturatef(fmaf(a, B, last)); /* a > that boundary */
-        acc = fmaf(fmaf(n2, -4.0f, fmaf(n1, -2.0f, b0)), (float)(1 << (4 * i)), acc);
-      }
-      q[j] = nvfp4_float_bits(acc);
-    }
-    /* bytes 3 of a and b, sign-replicated, in bytes 0 and 1; then two
-     * words' low halves in one */
-    auto signs2 = [](float a, float b) { return prmt(nvfp4_float_bits(a), nvfp4_float_bits(b), 0xFB); };
-    auto low_halves = [](uint32_t a, uint32_t b) { return prmt(a, b, 0x5410); };
-    const uint32_t ev = low_halves(signs2(y[0], y[2]), signs2(y[4], y[6])); /* values 0, 2, 4, 6 */
-    const uint32_t od = low_halves(signs2(y[1], y[3]), signs2(y[5], y[7])); /* values 1, 3, 5, 7 */
-    /* (0x4B000000 << 16) vanishes mod 2^32: one subtraction for both halves */
-    w[h] = ((q[1] << 16) + q[0] - 0x4B000000u) | (ev & 0x08080808u) | (od & 0x80808080u);
-    if (!(s > 0.0f)) w[h] = s == 0.0f ? 0u : w[h] & 0x88888888u; /* scale 0: codes 0; NaN: the signs alone */
-  }
-  memcpy(codes, w, 8);
-  return sf;
-#endif
   const float t0 = 0.25f * s, t1 = 0.75f * s, t2 = 1.25f * s, t3 = 1.75f * s, t4 = 2.5f * s, t5 = 3.5f * s,
               t6 = 5.0f * s;
   for (int j = 0; j < 8; j++) {
@@ -238,6 +168,7 @@ NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes
   }
   return sf;
 }
+
 
 /* fp32 -> fp16 bits, round to nearest even, overflow to inf, NaN kept. Host
  * side only (the CPU kernels); device code uses __float2half_rn. */
@@ -259,210 +190,5 @@ static inline uint16_t nvfp4_float_to_half_bits(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++;
   return (uint16_t)(sign | q);
 }
-
-#if defined(__CUDACC__)
-/* ---- fast device decoders (sm_80+) ------------------------------------- */
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
-/* prmt tables of the e2m1 magnitudes as int8 2*|value|, byte i = index i:
- * indices 0..3 = 2*{0,.5,1,1.5}, 4..7 = 2*{2,3,4,6}; and the same negated. */
-#define NVFP4_E2M1_MAG_03 0x03020100u
-#define NVFP4_E2M1_MAG_47 0x0C080604u
-#define NVFP4_E2M1_NEG_03 0xFDFEFF00u
-#define NVFP4_E2M1_NEG_47 0xF4F8FAFCu
-/* The four in the order of nvfp4_e2m1x8_to_s8x8's table arguments. */
-#define NVFP4_E2M1_S8_TABLES {NVFP4_E2M1_MAG_03, NVFP4_E2M1_MAG_47, NVFP4_E2M1_NEG_03, NVFP4_E2M1_NEG_47}
-
-/* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 8 int8 holding 2*value
- * (integers in [-12, 12]), codes 0..3 in lo, 4..7 in hi, byte i = code i.
- * Two byte-permutes look up the positive and the negated magnitude of each
- * code; a third picks one of the two per byte by the code's sign bit. 11
- * integer instructions per 8 codes, no table in memory. A hot loop passes the
- * four tables (NVFP4_E2M1_S8_TABLES) as values read from shared memory, as
- * mag_03 below. */
-__device__ __forceinline__ void nvfp4_e2m1x8_to_s8x8(uint32_t w, uint32_t &lo, uint32_t &hi,
-                                                     uint32_t pos_03 = NVFP4_E2M1_MAG_03,
-                                                     uint32_t pos_47 = NVFP4_E2M1_MAG_47,
-                                                     uint32_t neg_03 = NVFP4_E2M1_NEG_03,
-                                                     uint32_t neg_47 = NVFP4_E2M1_NEG_47) {
-  uint32_t idx = w & 0x77777777u;                        /* magnitude index per code  */
-  uint32_t sel = ((w >> 1) & 0x44444444u) | 0x32103210u; /* byte i, +4 when negative  */
-  lo = __byte_perm(__byte_perm(pos_03, pos_47, idx), __byte_perm(neg_03, neg_47, idx), sel);
-  idx >>= 16;
-  sel >>= 16;
-  hi = __byte_perm(__byte_perm(pos_03, pos_47, idx), __byte_perm(neg_03, neg_47, idx), sel);
-}
-
-/* 8 e2m1 codes (code i at bits 4i..4i+3 of w) split by sign, as int8 holding
- * 2*|value|: pos gets the codes whose sign bit is clear (0 where it is set), neg
- * the others; byte i of *_lo is code i, of *_hi code 4+i. So for int8 b,
- *   sum_i 2a_i * b_i = dp4a(pos, b) - dp4a(neg, b).
- * One prmt per 4 codes and sign: with the raw code as selector nibble, a set
- * sign bit makes prmt replicate the table byte's sign bit, and every table
- * byte is < 0x80, so those codes read 0. Flipping the sign bits swaps the roles.
- * 7 instructions per 8 codes. */
-__device__ __forceinline__ void nvfp4_e2m1x8_split(uint32_t w, uint32_t &pos_lo, uint32_t &pos_hi, uint32_t &neg_lo,
-                                                   uint32_t &neg_hi, uint32_t mag_03 = NVFP4_E2M1_MAG_03) {
-  const uint32_t MAG_47 = NVFP4_E2M1_MAG_47;
-  const uint32_t wn = w ^ 0x88888888u;
-  pos_lo = prmt(mag_03, MAG_47, w);
-  neg_lo = prmt(mag_03, MAG_47, wn);
-  pos_hi = prmt(mag_03, MAG_47, w >> 16);
-  neg_hi = prmt(mag_03, MAG_47, wn >> 16);
-}
-
-/* The value to pass as mag_03 above from a hot loop: read it from shared memory
- * at a lane-dependent address (written with NVFP4_E2M1_MAG_03). Given the
- * literal, or any value ptxas can prove uniform, it keeps it in a uniform
- * register and copies it out before every prmt (16 extra instructions per 32
- * codes in sm_90a SASS; a shuffle of the literal is folded too). */
-
-/* Two e4m3 bytes (low byte first) -> fp16x2 bits, exact (e4m3 fits in fp16),
- * NaN kept. One cvt on sm_89+. Below that (no e4m3 cvt; cuda_fp8.h's
- * fallback is ~80 instructions with branches a pair) each byte goes to the
- * high byte of its fp16 (prmt: 0, b0, 0, b1), its 7 magnitude bits shifted
- * down one into fp16's exponent and mantissa: value * 2^-8 exactly,
- * subnormals included (biases 7 and 15); magnitude 0x7F (e4m3's NaN) also
- * gets the exponent's top bit, an fp16 NaN; one multiply by 2^8 (0x5C00)
- * restores the value. 7 integer instructions and a multiply. */
-__device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_half2_bits(uint32_t two_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-  const uint32_t y = prmt(two_bytes, 0u, 0x1404u);
-  const uint32_t m = (y >> 1) & 0x3F803F80u;
-  const uint32_t nan = (m + 0x00800080u) & 0x40004000u; /* 0x4000 where m is 0x3F80 */
-  return mul_f16x2(m | nan | (y & 0x80008000u), 0x5C005C00u);
-#else
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
-  return (uint32_t)h.x | ((uint32_t)h.y << 16);
-#endif
-}
-
-/* Two e4m3 bytes (low byte first) -> two floats, exact, NaN kept. */
-__device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
-  const uint32_t bits = nvfp4_e4m3x2_to_half2_bits(two_bytes);
-  return __half22float2(*reinterpret_cast<const __half2 *>(&bits));
-}
-
-/* ---- fp16 decoder for the tensor-core kernels ---------------------------
- * Each code times its block's scale as one fp16, exact, by one of two ways
- * to the same products (NVFP4_TC_BITS picks, per target):
- * - sm_89+: a code's bits dropped into an e4m3 byte (s 0 0 e1 e0 m 0 0) read
- *   value * 2^-6 exactly, subnormal 0.5 included (e4m3's exponent bias is 7,
- *   e2m1's 1); the hardware cvt turns two such bytes into fp16x2, and one
- *   fp16 multiply by the scale gives value * scale * 2^-6: at most 5
- *   significant bits, the lowest no finer than 2^-16, magnitude at most 42.
- * - below sm_89 (no e4m3 cvt; cuda_fp8.h's fallback made the sm_80 code
- *   path ~10x slower, PERF.md session 49): the bits dropped into the high
- *   byte of an fp16 (s 0 0 0 e1 e0 m 0) read value * 2^-14 exactly (fp16's
- *   bias 15), so the product is value * scale * 2^-14: a multiple of 2^-24
- *   (value * scale is one of 2^-10) no larger than 0.17, which fp16 holds
- *   exactly (its subnormals step by 2^-24).
- * Both: the same shifts and masks (5 operations in the source), then 4 cvt
- * or 4 prmt, and 4 multiplies per 8 codes. On an H100 the prmt way measured
- * 1-3% slower than the cvt on the M = 128 wgmma gemms and 1-4% faster on
- * large shapes and on the mma.sync kernel (session 49), so sm_89+ keeps the
- * cvt.
- * A kernel multiplies its fp32 sums by NVFP4_TC_UNSCALE (2^12 or 2^28, the
- * square of the factor), a power of two, so the results are the unscaled
- * sums bit for bit (the smallest product, 2^-48, is far from fp32's
- * subnormals). NVFP4_TC_UNSCALE differs by target: device code only. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-#define NVFP4_TC_BITS 1
-#define NVFP4_TC_UNSCALE 268435456.0f /* 2^28 */
-#else
-#define NVFP4_TC_BITS 0
-#define NVFP4_TC_UNSCALE 4096.0f /* 2^12 */
-#endif
-
-/* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 4 fp16x2 of
- * value * scale * 2^-6 (2^-14 where NVFP4_TC_BITS), where s2 = {scale, scale},
- * low half first: h = {code 0, code 2}, {4, 6}, {1, 3}, {5, 7}. The even
- * codes (low nibbles) become the bytes of lo, the odd ones (whose sign
- * already sits at a byte's bit 7) those of hi; each cvt (or prmt) reads two
- * bytes of either. */
-__device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
-  uint32_t f[4];
-#if NVFP4_TC_BITS
-  const uint32_t lo = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
-  const uint32_t hi = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
-  f[0] = prmt(lo, 0u, 0x1404u), f[1] = prmt(lo, 0u, 0x3424u); /* bytes 0, 1 and 2, 3 as high bytes */
-  f[2] = prmt(hi, 0u, 0x1404u), f[3] = prmt(hi, 0u, 0x3424u);
-#else
-  const uint32_t lo = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
-  const uint32_t hi = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
-  /* the halves as .b16 operands: ptxas reads them in place (R.H1) instead
-   * of shifting the high ones down first */
-  asm("{.reg .b16 a, b, c, d;\n\t"
-      "mov.b32 {a, b}, %4;\n\t"
-      "mov.b32 {c, d}, %5;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %0, a;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %1, b;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %2, c;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %3, d;\n\t}"
-      : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-      : "r"(lo), "r"(hi));
-#endif
-#pragma unroll
-  for (int i = 0; i < 4; i++) h[i] = mul_f16x2(f[i], s2);
-}
-
-/* The activations' side of the same K order: scale blocks t0 .. t0 + BPT - 1
- * of one row and K step of 64 as fp16, the words of matmul_sm90.cu's fp16
- * tile row (its shared-memory wgmma operand, built in shared memory by the
- * producer or in global memory by the pre-pass). sf: the blocks' scale bytes,
- * block t0 lowest; sc[q] = {scale of block t0 + q} twice. */
-template <int BPT>
-__device__ __forceinline__ void nvfp4_act_scales(uint32_t sf, uint32_t (&sc)[BPT]) {
-  if constexpr (BPT == 1) {
-    sc[0] = nvfp4_e4m3x2_to_half2_bits((sf & 0xFFu) * 0x101u);
-  } else {
-#pragma unroll
-    for (int q = 0; q < BPT; q += 2) {
-      const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits((sf >> (8 * q)) & 0xFFFFu);
-      sc[q] = prmt(s01, s01, 0x1010), sc[q + 1] = prmt(s01, s01, 0x3232);
-    }
-  }
-}
-
-/* w: the blocks' fp4 bytes as words in memory order (word 2q + h: bytes
- * 8(t0 + q) + 4h .. + 3, half h of block t0 + q). Half h (0, 1) of every
- * block: d[i][q] -> word t0 + q of the row's 16-byte chunk 2i + h (chunk c
- * holds fp16 positions 8c .. 8c + 7 of the 64, k16 step c / 2). */
-template <int BPT>
-__device__ __forceinline__ void nvfp4_act_half(const uint32_t (&w)[2 * BPT], int h, const uint32_t (&sc)[BPT],
-                                               uint32_t (&d)[4][BPT]) {
-#pragma unroll
-  for (int q = 0; q < BPT; q++) {
-    uint32_t v[4];
-    nvfp4_e2m1x8_to_half2x4(w[2 * q + h], sc[q], v);
-#pragma unroll
-    for (int i = 0; i < 4; i++) d[i][q] = v[i];
-  }
-}
-
-/* A thread's register fragments of wgmma's A operand (fp16, m64nNk16) for
- * one K step of 64 of two weight rows, g and g + 8 of its warp's 16: v0 and
- * v1 their 8 fp4 bytes that the thread owns (thread t of a quad: bytes
- * 8t..8t+7, one scale block), sb their two scale bytes (row g's low). f[s]:
- * the 4 registers of k16 step s, (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8),
- * in the K order of nvfp4_e2m1x8_to_half2x4 (matmul_sm90.cu, "K order"). */
-__device__ __forceinline__ void nvfp4_wgmma_a_fragments(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
-  const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits(sb);
-  const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
-  uint32_t h00[4], h01[4], h10[4], h11[4];
-  nvfp4_e2m1x8_to_half2x4(v0.x, s0, h00);
-  nvfp4_e2m1x8_to_half2x4(v0.y, s0, h01);
-  nvfp4_e2m1x8_to_half2x4(v1.x, s1, h10);
-  nvfp4_e2m1x8_to_half2x4(v1.y, s1, h11);
-#pragma unroll
-  for (int s = 0; s < 4; s++) {
-    f[s][0] = h00[s];
-    f[s][1] = h10[s];
-    f[s][2] = h01[s];
-    f[s][3] = h11[s];
-  }
-}
-#endif /* __CUDACC__ */
 
 #endif /* NVFP4_NUMERICS_H */

@@ -103,7 +103,8 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
 
 /* One or several independent problems (dual or not, all alike) on `stream`,
  * no host synchronisation. Grouped problems share one launch per
- * NVFP4_LAUNCH_GROUPS (16) of them (csrc/cuda/common.cuh). */
+ * NVFP4_LAUNCH_GROUPS (16) of them (csrc/cuda/common.cuh); csrc/cuda/plan.cu
+ * picks the kernel. */
 nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream);
 
 /* Device scratch for a launch that can use it (the Hopper tensor-core
@@ -121,20 +122,19 @@ typedef void *(*nvfp4_workspace_fn)(size_t bytes, void *ctx);
  * within fp32 summation order. Stream-K launches are planned for one CTA per
  * SM of the device; where the process gets fewer SMs (MPS limits, green
  * contexts) they stay correct but run in waves: NVFP4_STREAM_K=0 in the
- * environment before the first call turns them off. NVFP4_PREDECODE=0 (never)
- * or 1 (wherever the tile allows) overrides the cost model's choice of
- * pre-decoding. NVFP4_SKINNY=0 never runs the skinny kernel (M <= 16 on
- * mma.sync), =1 wherever it can (M = 2..16, K % 256 == 0); unset, where it
- * measured faster (csrc/cuda/skinny.cu). */
+ * environment before the first call turns them off. */
 nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace, void *ctx,
                                   cudaStream_t stream);
 
 /* Quantization on `stream` (any x_type), no host synchronisation. */
 nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);
 
-/* Which kernel nvfp4_matmul_cuda would run for a single problem (for tests
- * and benchmarks): a static string such as "gemv_dp4a" or "simt". */
-const char *nvfp4_matmul_cuda_kernel_name(const nvfp4_matmul *p);
+/* The plan nvfp4_matmul_cuda_ws (with a workspace) would launch for these
+ * problems on the current device, as text into buf (at most len bytes): the
+ * kernel's name (gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt), then its
+ * configuration in brackets where it has one, e.g. "wgmma (128-row tiles,
+ * split-K 2)". csrc/cuda/plan.cu says how it is chosen. */
+nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len);
 #endif
 
 #ifdef __cplusplus

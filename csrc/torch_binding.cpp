@@ -57,9 +57,9 @@ std::ostream &operator<<(std::ostream &os, const OpName &n) {
 /* What validation reads of a tensor argument: dtype, device, data pointer,
  * sizes and strides, either as the tensor has them or through a permutation
  * of its dims, some of them dropped at index 0. The competition ops read the
- * harness's batch-last tensors in place this way: on the H200 machine the
- * views cost ~2.6 us of a gemv call's 12.6 us of host time (PERF.md, session
- * 5), against ~7-8 us for any aten op that launches a kernel. */
+ * harness's batch-last tensors in place this way: view tensors cost ~2.6 us
+ * of a gemv call's 12.6 us of host time (H200), and any aten op that
+ * launches a kernel ~7-8 us. */
 struct Arg {
   static constexpr int MAX_DIMS = 8;
   at::ScalarType dtype;
@@ -500,6 +500,49 @@ void competition_dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, 
              std::nullopt, harness_rows(op, "c", c, -1, true));
 }
 
+/* Which kernel, and how configured, `op` would run on these tensors (as the
+ * op takes them, in order; group_gemm's four lists one after another): the
+ * plan of csrc/cuda/plan.cu, or "cpu". Validates as the op does. */
+std::string kernel_name(std::string op, const at::TensorList ts) {
+  const OpName name{"nvfp4.kernel_name"};
+  const Args args = args_of(ts);
+  auto takes = [&](size_t n) {
+    TORCH_CHECK_VALUE(args.size() == n, name, ": ", op, " takes ", n, " tensors, got ", args.size());
+  };
+  Problems prs;
+  if (op == "gemv" || op == "gemm") {
+    takes(4);
+    prs.push_back(make_problem({op.c_str()}, args[0], args[1], nullptr, args[2], args[3], nullptr, std::nullopt,
+                               op == "gemv"));
+  } else if (op == "dual_gemm") {
+    takes(6);
+    prs.push_back(make_problem({"nvfp4.dual_gemm"}, args[0], args[1], &args[2], args[3], args[4], &args[5],
+                               std::nullopt, false));
+  } else if (op == "group_gemm") {
+    const size_t n = args.size() / 4;
+    TORCH_CHECK_VALUE(n > 0 && args.size() % 4 == 0, name,
+                      ": group_gemm takes its four lists (a, b, sfa, sfb) one after another, got ", args.size(),
+                      " tensors");
+    auto part = [&](size_t i) { return Args(args.begin() + i * n, args.begin() + (i + 1) * n); };
+    prs = make_group(part(0), part(1), part(2), part(3));
+  } else {
+    TORCH_CHECK_VALUE(false, name, ": op must be \"gemv\", \"gemm\", \"dual_gemm\" or \"group_gemm\", got \"", op,
+                      "\"");
+  }
+  if (prs[0].device.is_cpu()) return "cpu";
+#ifdef NVFP4_WITH_CUDA
+  c10::cuda::CUDAGuard guard(prs[0].device);
+  c10::SmallVector<nvfp4_matmul, 8> ps;
+  for (const Problem &pr : prs) ps.push_back(pr.p);
+  char buf[160];
+  const nvfp4_status st = nvfp4_matmul_cuda_describe(ps.data(), (int)ps.size(), buf, sizeof buf);
+  TORCH_CHECK(st == NVFP4_OK, name, ": ", status_text(st));
+  return buf;
+#else
+  TORCH_CHECK_VALUE(false, name, ": this build of nvfp4_kernels has no CUDA kernels (built CPU-only)");
+#endif
+}
+
 /* Quantization: x [K], [R, K] or [L, R, K] (float32, float16 or bfloat16, K
  * contiguous, any other strides) -> (codes uint8 [..., K/2], scales
  * float8_e4m3fn linear [..., K/16] or blocked [L?, ceil(R/128), ceil(K/64),
@@ -617,6 +660,7 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("competition_dual_gemm(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, "
         "Tensor sfa_perm, Tensor sfb1_perm, Tensor sfb2_perm, Tensor(a!) c) -> ()");
   m.def("quantize(Tensor x, Tensor? global_scale=None, bool blocked=False) -> (Tensor, Tensor)");
+  m.def("kernel_name(str op, Tensor[] tensors) -> str");
 }
 
 #define NVFP4_IMPLS(m)                        \
@@ -631,7 +675,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("competition_group_gemm", &competition_group_gemm); \
   m.impl("competition_gemm", &competition_gemm);             \
   m.impl("competition_dual_gemm", &competition_dual_gemm);    \
-  m.impl("quantize", &quantize);
+  m.impl("quantize", &quantize);                             \
+  m.impl("kernel_name", &kernel_name);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

@@ -9,6 +9,7 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     dual_gemm(a, b1, b2, sfa, sfb1, sfb2, *, out=None)   silu(a b1^T) * (a b2^T)
     group_gemm(as_, bs, sfas, sfbs, *, outs=None)        a list of independent gemms
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
+    kernel_name(op, *args)                               which kernel op(*args) runs, and how
 
 ``reference`` holds the exact definition (the test oracle), ``layouts`` the
 scale-layout helpers, ``testing`` the input generators shared by tests and
@@ -19,8 +20,8 @@ import torch  # noqa: F401  (loads the libraries _C links against)
 
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
 from . import layouts, reference
-from .ops import dual_gemm, gemm, gemv, group_gemm, quantize
+from .ops import dual_gemm, gemm, gemv, group_gemm, kernel_name, quantize
 
 WITH_CUDA = bool(_C.with_cuda)
 
-__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "quantize", "reference", "layouts", "WITH_CUDA"]
+__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "quantize", "kernel_name", "reference", "layouts", "WITH_CUDA"]

@@ -88,6 +88,19 @@ def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear"):
     return torch.ops.nvfp4.quantize(x, _alpha(global_scale), sf_layout == "blocked")
 
 
+def kernel_name(op: str, *args) -> str:
+    """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
+    e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
+
+    op: "gemv", "gemm", "dual_gemm" or "group_gemm"; args as that op takes them (group_gemm: its
+    four lists). The choice is made by one ordered table of rules, csrc/cuda/plan.cu.
+    """
+    tensors = [t for lst in args for t in lst] if op == "group_gemm" else list(args)
+    if not tensors:
+        raise ValueError(f"nvfp4.kernel_name: no tensors given for {op!r}")
+    return torch.ops.nvfp4.kernel_name(op, tensors)
+
+
 # ---- fake implementations (shapes only) --------------------------------------
 # A call that mixes meta tensors with real ones lands here too, so the one check
 # that cannot wait for the real kernel is made here as well: one device.

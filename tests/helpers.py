@@ -51,18 +51,31 @@ def launched(fn):
     return out, {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
+# NVFP4_FORCE_KERNEL (csrc/cuda/plan.cu): a kernel taken ahead of the planner's table wherever it can
+# run; the forced-kernel tests set it in child processes.
+FORCED = os.environ.get("NVFP4_FORCE_KERNEL", "").split(":")[0]
+
+# The CUDA kernel function each of the planner's kernel names launches.
+KERNEL_SYMBOLS = {"gemv_dp4a": "gemv_dp4a_kernel", "gemv_mma": "gemv_mma_kernel", "skinny": "skinny_kernel",
+                  "wgmma": "matmul_sm90_kernel", "mma": "matmul_mma_kernel", "simt": "matmul_simt_kernel"}
+
+
+def is_gemv(name):
+    """Whether a launched kernel's name is one of the two GEMV kernels'."""
+    return "gemv_dp4a_kernel" in name or "gemv_mma_kernel" in name
+
+
 def skinny_expected(m, n, k, batch=1):
-    """Whether a gemm of M rows, N and K (aligned operands, N > 4) runs the skinny kernel
-    (csrc/cuda/skinny.cu, skinny_supported; on Hopper, unless NVFP4_SKINNY is set, only where the
-    integer-mma GEMV does not take M <= 8 rows first: csrc/cuda/dispatch.cu) on this GPU. N = 5..8
-    goes to that GEMV first (N vectors against M rows) wherever its rule takes it, setting or not."""
-    env = os.environ.get("NVFP4_SKINNY")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0) or env == "0" or k % 256:
+    """Whether a gemm of M rows, N and K (aligned operands, N > 4) runs the skinny kernel on this
+    GPU by the planner's table (csrc/cuda/plan.cu): M = 5..16 (on Hopper K >= 8192, and for M > 8
+    L N K >= 2^26), where the integer-mma GEMV does not take it first (N = 5..8 weight rows as
+    vectors; on Hopper also M = 5..8 as vectors); forced, wherever it can run (M = 2..16)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0) or k % 256:
         return False
+    if FORCED:
+        return FORCED == "skinny" and 2 <= m <= 16
     if mma_rule("gemm", n, m, k, batch):
         return False
-    if env is not None:
-        return 2 <= m <= 16
     if torch.cuda.get_device_capability() == (9, 0):
         if m <= 8 and mma_rule("gemm", m, n, k, batch):  # the integer-mma GEMV goes first there
             return False
@@ -72,8 +85,8 @@ def skinny_expected(m, n, k, batch=1):
 
 def mma_share_steps(op, n, k, L):
     """The steps of 128 K of the busiest CTA on the integer-mma GEMV, a CTA per SM, which its 16
-    warps share (csrc/cuda/gemv.cu, mma_share_steps; sets of 8 weight rows for the dual, 16 for
-    the gemm)."""
+    warps share (csrc/cuda/gemv_mma.cu, gemv_mma_share_steps; sets of 8 weight rows for the dual,
+    16 for the gemm)."""
     sets = -(-n // (8 if op == "dual" else 16))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ctas = max(1, min(sms // max(L or 1, 1), sets))
@@ -81,15 +94,15 @@ def mma_share_steps(op, n, k, L):
 
 
 def mma_rule(op, m, n, k, L=None):
-    """Whether the GEMV's integer-mma kernel takes M = m vectors against n rows of K = k (csrc/cuda/
-    gemv.cu, takes_mma; aligned operands) unless this process's NVFP4_GEMV_MMA=0; =2: wherever it
-    fits (the tests' K <= 16384 does). K % 128 == 0, and by the busiest CTA's steps: 4 vectors
-    always; 2 or 3 at 56 to 191 steps; 5 or 6 below 448 (the dual: always), 7 or 8 below 160 (the
-    dual: 256)."""
-    env = os.environ.get("NVFP4_GEMV_MMA")
-    if not torch.cuda.is_available() or env == "0" or k % 128 or not 2 <= m <= 8 or (m > 4 and k > 16384):
+    """Whether the integer-mma GEMV takes M = m vectors against n rows of K = k (csrc/cuda/plan.cu,
+    gemv_mma_pays; aligned operands; forced: wherever it fits, the tests' K <= 16384 does). K % 128
+    == 0, and by the busiest CTA's steps: 4 vectors always; 2 or 3 at 56 to 191 steps; 5 or 6 below
+    448 (the dual: always), 7 or 8 below 160 (the dual: 256)."""
+    if not torch.cuda.is_available() or k % 128 or not 2 <= m <= 8 or (m > 4 and k > 16384):
         return False
-    if env == "2" or m == 4:
+    if FORCED:
+        return FORCED == "gemv_mma"
+    if m == 4:
         return True
     steps = mma_share_steps(op, n, k, L)
     if m > 4:

@@ -1,4 +1,4 @@
-"""python -m nvfp4_kernels.bundle: one self-contained submission file. Here
+"""python -m nvfp4_kernels.gpumode.bundle: one self-contained submission file. Here
 (no GPU needed) the file is written and inspected; scripts/gpu_check.sh
 compiles each bundle on the GPU and runs the eval on it."""
 
@@ -6,7 +6,7 @@ import ast
 
 import pytest
 
-from nvfp4_kernels import bundle, tasks
+from nvfp4_kernels.gpumode import bundle, tasks
 
 
 @pytest.mark.parametrize("problem", tasks.PROBLEMS)
@@ -22,7 +22,7 @@ def test_bundle_is_self_contained(tmp_path, problem):
     assert {"custom_kernel", "_load"} <= funcs
     sources = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "_SOURCES")
     names = {k.value for k in sources.keys}
-    assert {"nvfp4.h", "numerics.h", "torch_binding.cpp", "cuda/dispatch.cu", "cuda/matmul_sm90.cu"} <= names
+    assert {"nvfp4.h", "numerics.h", "torch_binding.cpp", "cuda/plan.cu", "cuda/matmul_sm90.cu", "cuda/gemv_mma.cuh"} <= names
     embedded = {k.value: v.value for k, v in zip(sources.keys, sources.values)}
     assert embedded == bundle.sources(), "sources must be embedded verbatim"
-    assert "torch.ops.nvfp4." not in text.split("# ---- nvfp4_kernels/competition.py ----")[1]
+    assert "torch.ops.nvfp4." not in text.split("# ---- nvfp4_kernels/gpumode/competition.py ----")[1]

@@ -2,13 +2,11 @@
 GPU without the wgmma kernel and, on Hopper, of K not a multiple of 64 and of rows 8 but not 16
 bytes aligned. Every case compares with the exact reference on poisoned outputs (the CPU kernels
 run the same cases) and, on a GPU, asserts through the profiler that the kernel ran where the
-dispatcher must send the shape to it. NVFP4_MMA=1 puts it ahead of the other kernels (but the
-gemv op's GEMV): test_forced_in_a_child reruns this file's GPU cases so in child processes, with
-the kernel's CTA shape (WK) by its rule, forced to 1 and forced to 4 (NVFP4_MMA_SPLIT)."""
+planner (csrc/cuda/plan.cu) must send the shape to it. tests/test_kernels.py reruns this file in
+child processes with the kernel forced ahead of every other (NVFP4_FORCE_KERNEL=mma), its CTA shape
+(WK) by its rule, forced to 1 (mma:wk1) and to 4 (mma:wk4)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,19 +15,18 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import gemm_problem, launched, poisoned, ref_gemm
+from helpers import FORCED, gemm_problem, launched, poisoned, ref_gemm
 
 ON_GPU = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
-FORCED = os.environ.get("NVFP4_MMA") == "1"
-OFF = os.environ.get("NVFP4_MMA") == "0"  # the kernel turned off: its cases on the SIMT kernel
 MMA = "matmul_mma_kernel"
-SPLIT = os.environ.get("NVFP4_MMA_SPLIT")
+FORCE = os.environ.get("NVFP4_FORCE_KERNEL", "")
+SPLIT = {"mma:wk1": 1, "mma:wk4": 4}.get(FORCE)
 
 
 def run(device, fn, expect_mma, variant=None):
     """fn() on device; on a GPU where expect_mma, assert the kernel ran (its template arguments
     starting with `variant` if given: "DUAL, CW, SF_ALIGNED, WK")."""
-    if device != "cuda" or not ON_GPU or not expect_mma or OFF:
+    if device != "cuda" or not ON_GPU or not expect_mma or FORCED not in ("", "mma"):
         return fn()
     out, names = launched(fn)
     want = MMA + (f"<{variant}" if variant else "")
@@ -40,11 +37,11 @@ def run(device, fn, expect_mma, variant=None):
 def expected_wk(op, L, m, n):
     """The kernel's WK: 4 (one 64 x 64 tile per CTA, K split over its 4 warps) or 1 (128 x 128
     tiles; dual 128 x 64 of each matrix) by the cost model of csrc/cuda/matmul_mma.cu
-    (choose_wk); NVFP4_MMA_SPLIT=0 / 1 forces 1 / 4."""
+    (choose_wk); mma:wk1 / mma:wk4 force 1 / 4."""
     if not ON_GPU:
         return None  # (not asserted)
     if SPLIT is not None:
-        return 1 if SPLIT.startswith("0") else 4
+        return SPLIT
     tiles = -(-m // 128) * -(-n // (64 if op == "dual" else 128)) * (L or 1)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     n1, n4 = -(-tiles // sms), -(-4 * tiles // sms)
@@ -134,7 +131,7 @@ def test_sliced_operands(device, gen, offset, cw):
     assert_matches(out, reference.gemm(a_data, b_data, a_sf, b_sf), f"gemm sliced +{offset} bytes on {device}")
 
 
-# K % 64 == 0: other kernels take these unless NVFP4_MMA=1 (then asserted to run this one):
+# K % 64 == 0: other kernels take these unless mma is forced (then asserted to run this one):
 # several tiles in both directions, long K (the ring wraps many times), batches, both layouts,
 # an alpha in device memory, the dual's 64-row weight tiles.
 KERNEL_SHAPES = [
@@ -159,23 +156,8 @@ def test_kernel_shapes(device, gen, op, L, m, n, k, layouts):
         b2 = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
         call = lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out)  # noqa: E731
         ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
-    run(device, call, FORCED, variant(op, L, m, n, k, layouts))
+    run(device, call, FORCED == "mma", variant(op, L, m, n, k, layouts))
     assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} {layouts} on {device}")
-
-
-@pytest.mark.skipif(not ON_GPU or FORCED or OFF or SPLIT is not None, reason="needs an sm_80+ GPU; NVFP4_MMA* set")
-@pytest.mark.parametrize("split", [None, "0", "1"])
-def test_forced_in_a_child(split):
-    """This file's GPU cases with NVFP4_MMA=1 (read once per process, so in a child), the kernel's
-    WK by its rule, and forced to 1 and to 4 (NVFP4_MMA_SPLIT): every shape on both CTA shapes."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, NVFP4_MMA="1")
-    if split is not None:
-        env["NVFP4_MMA_SPLIT"] = split
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(here, "test_mma.py"),
-                        "-k", "cuda and not simt"], env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]
 
 
 def test_unaligned_rows_take_simt(device, gen):

@@ -1,7 +1,7 @@
 """The skinny kernel (csrc/cuda/skinny.cu): a gemm of M <= 16 activation rows with K a multiple
-of 256 on mma.sync, any GPU from sm_80 (by default M = 5..16; on Hopper K >= 8192 and M = 5..8,
-or M = 9..16 where L N K >= 2^26;
-scripts/gpu_check.sh runs this file again with NVFP4_SKINNY=1, the kernel wherever it can run).
+of 256 on mma.sync, any GPU from sm_80 (the planner gives it M = 5..16; on Hopper K >= 8192 and
+M = 5..8, or M = 9..16 where L N K >= 2^26; tests/test_kernels.py runs this file again with the
+kernel forced wherever it can run, M = 2..16).
 Full-range inputs, outputs poisoned first. Shapes at its edges: M at the n8 tiles' edges (5, 8,
 9, 16), N around its 64-row blocks (5, 63, 65, 129, 4100), K of one item (256) to rows dealt to
 many CTAs (one row block of K = 65536: the block's partials added by its last CTA), batches, both
@@ -30,7 +30,7 @@ SHAPES = [
     (None, 16, 64, 65536),
     (None, 6, 1000, 16384),
     (4, 13, 300, 7168),
-    (2, 2, 77, 512),  # M = 2..4: the GEMV's, the skinny kernel's with NVFP4_SKINNY=1
+    (2, 2, 77, 512),  # M = 2..4: the GEMV's, the skinny kernel's when forced
 ]
 
 
@@ -79,7 +79,7 @@ def test_skinny_deterministic(gen):
                                    (16, 300, 1024), (17, 300, 8192), (8, 300, 8256), (4, 4096, 16384),
                                    (12, 4096, 16384), (16, 4095, 16384), (16, 8192, 4096)])
 def test_which_gemms_take_the_skinny_kernel(gen, m, n, k):
-    """skinny_supported's rule (tests/helpers.py: skinny_expected; on Hopper large weights,
+    """The planner's rule (tests/helpers.py: skinny_expected; on Hopper large weights,
     L N K >= 2^26, let M = 9..16 in; M = 4 stays the GEMV's), and the result either way."""
     a, b = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "linear"))
     out = gemm("cuda", a, b)

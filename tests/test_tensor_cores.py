@@ -16,11 +16,13 @@ import torch
 import nvfp4_kernels as nk
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import (gemm_problem, gemv_problem, launched, layouts_for, mma_rule, mma_share_steps, poisoned, ref_gemm,
-                     ref_gemv, skinny_expected)
+from helpers import (FORCED, gemm_problem, gemv_problem, is_gemv, launched, layouts_for, mma_rule, mma_share_steps,
+                     poisoned, ref_gemm, ref_gemv, skinny_expected)
 from nvfp4_kernels import reference
 
 IS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+# Tests of which kernel the planner picks; with a kernel forced ahead of it they do not apply.
+routing = pytest.mark.skipif(bool(FORCED), reason="asserts the planner's choice; a kernel is forced")
 
 # (L, M, N, K): tails in M and N (1, 7, 129, 200, 300), K from one 64-step to
 # 17 steps; (128, 256, 4096) has 2 tiles and 64 K steps: split-K over a cluster.
@@ -56,10 +58,11 @@ def launched_grids(fn):
 
 
 def run(device, fn, kernel="matmul_sm90_kernel"):
-    if device != "cuda" or not IS_HOPPER:
+    if device != "cuda" or not IS_HOPPER or FORCED:  # forced: tests/test_kernels.py checks what ran
         return fn()
     out, names = launched(fn)
-    assert any(kernel in n for n in names), f"{kernel} did not run: {names}"
+    ran = any(is_gemv(n) for n in names) if kernel == "gemv" else any(kernel in n for n in names)
+    assert ran, f"{kernel} did not run: {names}"
     return out
 
 
@@ -81,9 +84,9 @@ def test_gemm(device, gen, L, m, n, k):
     lay = layouts_for(m, n, k)
     a, b = gemm_problem(L, m, n, k, gen, device, lay)
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    # M <= 4 (some M <= 8) runs as a GEMV with the roles swapped, some small M on mma.sync (csrc/cuda/dispatch.cu)
+    # M <= 4 (some M <= 8) runs as a GEMV with the roles swapped, some small M on mma.sync (csrc/cuda/plan.cu)
     kernel = ("skinny_kernel" if skinny_expected(m, n, k, L or 1) else
-              "gemv_kernel" if m <= 4 or mma_expected("gemm", m, n, k, L) else "matmul_sm90_kernel")
+              "gemv" if m <= 4 or mma_expected("gemm", m, n, k, L) else "matmul_sm90_kernel")
     run(device, lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out), kernel)
     assert_matches(out, ref_gemm(a, b), f"gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 
@@ -94,9 +97,9 @@ def test_dual_gemm(device, gen, L, m, n, k):
     a, b1 = gemm_problem(L, m, n, k, gen, device, lay)
     b2 = random_operand(L, n, k, gen=gen, device=device, layout=lay[1])
     out = poisoned(((L,) if L else ()) + (m, n), device)
-    # M <= 4 (some M <= 8) runs as a GEMV with the roles swapped, B1 and B2 together (csrc/cuda/gemv.cu, DUAL)
+    # M <= 4 (some M <= 8) runs as a GEMV with the roles swapped, B1 and B2 together (csrc/cuda/gemv_dp4a.cu, DUAL)
     run(device, lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out),
-        "gemv_kernel" if m <= 4 or mma_expected("dual", m, n, k, L) else "matmul_sm90_kernel")
+        "gemv" if m <= 4 or mma_expected("dual", m, n, k, L) else "matmul_sm90_kernel")
     ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
     assert_matches(out, ref, f"dual_gemm L={L} M={m} N={n} K={k} layouts={lay} on {device}")
 
@@ -239,6 +242,7 @@ def test_padding_rows_are_not_read(gen, op, sizes):
         assert_matches(o, r, f"{op} M={m} N={n} K={k} after a launch that left NaN in shared memory")
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("m,n,gemv", [(2, 300, True), (3, 129, True), (4, 1024, True), (200, 4, True), (5, 300, None),
                                       (300, 8, None), (9, 300, False)])
@@ -249,31 +253,29 @@ def test_few_rows_take_the_gemv(gen, m, n, gemv):
         gemv = mma_expected("gemm", m, n, 1024) if m <= 8 else mma_expected("gemm", n, m, 1024, swapped=False)
     a, b = gemm_problem(None, m, n, 1024, gen, "cuda", ("blocked", "linear"))
     out, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf))
-    assert any("gemv_kernel" in n for n in names) == gemv, names
+    assert any(is_gemv(n) for n in names) == gemv, names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} on cuda")
 
 
 def mma_cpl(op, m, n, k, L):
-    """Steps per item of the integer-mma kernel for M = m vectors by its rule (csrc/cuda/gemv.cu,
+    """Steps per item of the integer-mma kernel for M = m vectors by its rule (csrc/cuda/gemv_mma.cuh,
     mma_cpl): 2 where K % 256 == 0 and the busiest CTA has at least 12 steps a warp (4 vectors) or
-    160 steps (5 to 8), else 1; NVFP4_GEMV_MMA_CPL=1 / 2 forces either where K % 256 == 0."""
+    160 steps (5 to 8), else 1."""
     if m < 4 or k % 256 or k > 16384:  # (past 16384 its shared memory may not fit; no test goes there)
         return 1
-    env = os.environ.get("NVFP4_GEMV_MMA_CPL")
-    if env in ("1", "2"):
-        return int(env)
     return 2 if mma_share_steps(op, n, k, L) >= (12 * 16 if m == 4 else 160) else 1
 
 
 def mma_expected(op, m, n, k, L=None, swapped=True):
     """Whether a gemm (or dual) of M <= 8 activation rows runs the GEMV's integer-mma kernel
     (swapped=False: a gemm of N <= 8 weight rows, M streamed): its rule (helpers.mma_rule), unless
-    the skinny kernel takes the gemm first (csrc/cuda/dispatch.cu; helpers.skinny_expected)."""
+    the skinny kernel takes the gemm first (csrc/cuda/plan.cu; helpers.skinny_expected)."""
     if swapped and op == "gemm" and skinny_expected(m, n, k, L or 1):
         return False
     return mma_rule(op, m, n, k, L)
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("op", ["gemm", "dual"])
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
@@ -295,11 +297,12 @@ def test_vectors_on_mma(gen, op, layout, m, n, k, L):
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
     call, ref = gemm_or_dual(op, a, b1, b2, out)
     _, names = launched(call)
-    assert any("gemv_kernel_mma" in x for x in names) == mma_expected(op, m, n, k, L), names
-    assert any("gemv_kernel" in x for x in names), names
+    assert any("gemv_mma_kernel" in x for x in names) == mma_expected(op, m, n, k, L), names
+    assert any(is_gemv(x) for x in names), names
     assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("op", ["gemm", "dual"])
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
@@ -320,14 +323,15 @@ def test_eight_vectors_on_mma(gen, op, layout, m, n, k, L):
     call, ref = gemm_or_dual(op, a, b1, b2, out)
     _, names = launched(call)
     dual = "true" if op == "dual" else "false"
-    on_mma = any(re.search(rf"gemv_kernel_mma<\d+, {m}, {dual}, ", x) for x in names)
+    on_mma = any(re.search(rf"gemv_mma_kernel<\d+, {m}, {dual}, ", x) for x in names)
     assert on_mma == mma_expected(op, m, n, k, L), names
     if on_mma:  # and two steps per item where its warps' shares are long (mma_cpl)
         cpl = mma_cpl(op, m, n, k, L)
-        assert any(re.search(rf"gemv_kernel_mma<\d+, {m}, {dual}, (true|false), {cpl}>", x) for x in names), names
+        assert any(re.search(rf"gemv_mma_kernel<\d+, {m}, {dual}, (true|false), {cpl}>", x) for x in names), names
     assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
 @pytest.mark.parametrize("m,n,k,L", [(1000, 8, 7168, None), (4096, 5, 2048, None), (300, 7, 1024, 3),
@@ -339,11 +343,12 @@ def test_few_weight_rows_on_mma(gen, layout, m, n, k, L):
     a, b = gemm_problem(L, m, n, k, gen, "cuda", (layout, layout))
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
     _, names = launched(lambda: nk.gemm(a.data, b.data, a.sf, b.sf, out=out))
-    on_mma = any(re.search(rf"gemv_kernel_mma<\d+, {n}, false, ", x) for x in names)
+    on_mma = any(re.search(rf"gemv_mma_kernel<\d+, {n}, false, ", x) for x in names)
     assert on_mma == mma_expected("gemm", n, m, k, L, swapped=False), names
     assert_matches(out, ref_gemm(a, b), f"gemm M={m} N={n} K={k} L={L} {layout} on cuda")
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("op", ["gemm", "dual"])
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
@@ -351,11 +356,10 @@ def test_few_weight_rows_on_mma(gen, layout, m, n, k, L):
                                    (4096, 8192, 2), (8200, 8192, None), (3000, 4096, None), (24, 16384, 264)])
 def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
     """The gemm or dual of four activation rows on the integer-mma kernel copies two steps per
-    item where its warps' shares are long (csrc/cuda/gemv.cu, mma_cpl; NVFP4_GEMV_MMA_CPL
-    forces either where K % 256 == 0), else one: the kernel's last template argument, and the
-    exact result."""
+    item where its warps' shares are long (csrc/cuda/gemv_mma.cuh, mma_cpl), else one: the
+    kernel's last template argument, and the exact result."""
     if not mma_expected(op, 4, n, k):
-        pytest.skip("the integer-mma kernel is off (NVFP4_GEMV_MMA=0)")
+        pytest.skip("another kernel is forced (NVFP4_FORCE_KERNEL)")
     cpl = mma_cpl(op, 4, n, k, L)
     a, b1 = gemm_problem(L, 4, n, k, gen, "cuda", (layout, layout))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout=layout)
@@ -363,10 +367,11 @@ def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
     call, ref = gemm_or_dual(op, a, b1, b2, out)
     _, names = launched(call)
     dual = "true" if op == "dual" else "false"
-    assert any(re.search(rf"gemv_kernel_mma<\d+, 4, {dual}, (true|false), {cpl}>", x) for x in names), names
+    assert any(re.search(rf"gemv_mma_kernel<\d+, 4, {dual}, (true|false), {cpl}>", x) for x in names), names
     assert_matches(out, ref, f"{op} M=4 N={n} K={k} L={L} {layout} on cuda")
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
 @pytest.mark.parametrize("rows,k,chunks", [("wave", 4096, 2), ("wave", 256, 2), ("wave", 4160, 1), ("wave", 192, 1),
@@ -374,19 +379,19 @@ def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
 def test_gemv_chunks_per_lane(gen, layout, rows, k, chunks):
     """A GEMV of one vector streams two 16-byte chunks per lane and step where K % 128 == 0 and
     there is a row for every warp of a full wave (4 CTAs of 8 warps per multiprocessor), one where
-    K % 128 == 64 or rows are few (csrc/cuda/gemv.cu, launch_shape): the kernel's last template
+    K % 128 == 64 or rows are few (csrc/cuda/gemv_dp4a.cu, launch_shape): the kernel's last template
     argument, and the result."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     m = 32 * sms + 3 if rows == "wave" else 500
     a, b = gemv_problem(None, m, k, gen, "cuda", (layout, "linear"))
     out = poisoned((m,), "cuda")
     _, names = launched(lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out))
-    assert any(re.search(rf"gemv_kernel<\d+, \d+, 1, false, {chunks}, (true|false)>", n) for n in names), names
+    assert any(re.search(rf"gemv_dp4a_kernel<\d+, \d+, 1, false, {chunks}, (true|false)>", n) for n in names), names
     assert_matches(out, ref_gemv(a, b), f"gemv M={m} K={k} {layout} on cuda")
 
 
 # A GEMV of fewer row sets than a wave has warps (a set per warp) plans its grid by the busiest
-# SM's load (csrc/cuda/gemv.cu, launch): each set may be split along K over s warps of a CTA
+# SM's load (csrc/cuda/gemv.cuh, gemv_launch): each set may be split along K over s warps of a CTA
 # (GemvDeal; the kernel's SPLIT variant), load (CTAs per SM) x (steps per warp + 2); unsplit
 # on every SM it may take k CTAs per SM, load (CTAs per SM) x (a CTA's sets x steps + 2 x 8).
 # (op, L, M, N, K, linear, blocked), each (grid, split) on a GPU of 132 multiprocessors:
@@ -420,6 +425,7 @@ SPLIT_CASES = [("gemv", None, 7, 1, 16384, (7, True), (7, True)),
                ("dual", None, 1, 4096, 7168, (256, False), (256, False))]
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("layout", ["linear", "blocked"])
 @pytest.mark.parametrize("op,L,m,n,k,linear,blocked", SPLIT_CASES)
@@ -444,11 +450,12 @@ def test_gemv_split_rows(gen, layout, op, L, m, n, k, linear, blocked):
         out = poisoned((*([L] if L else []), m, n), "cuda")
         call = lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out)  # noqa: E731
         ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
-    grids = [(g, ", true>(" in name) for name, g in launched_grids(call) if "gemv_kernel" in name]
+    grids = [(g, ", true>(" in name) for name, g in launched_grids(call) if is_gemv(name)]
     assert grids == [((grid, L or 1, 1), split)], grids
     assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} {layout} on cuda")
 
 
+@routing
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("m,n,b2_layout,gemv", [(1, 300, "blocked", True), (4, 129, "blocked", True),
                                                 (5, 300, "blocked", None), (8, 300, "blocked", None),
@@ -463,7 +470,7 @@ def test_few_rows_dual_take_the_gemv(gen, m, n, b2_layout, gemv):
     a, b1 = gemm_problem(None, m, n, 1024, gen, "cuda", ("linear", "blocked"))
     b2 = random_operand(None, n, 1024, gen=gen, device="cuda", layout=b2_layout)
     out, names = launched(lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf))
-    assert any("gemv_kernel" in n for n in names) == gemv, names
+    assert any(is_gemv(n) for n in names) == gemv, names
     assert_matches(out, reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf), f"dual M={m} N={n}")
 
 
@@ -483,7 +490,7 @@ def test_long_k_ring_reuse(gen, op, m, n, k):
     times. A slot is refilled by producer threads other than the ones that
     decode its activation rows: a variant that released slots one step earlier
     gave wrong sums on 128 x 7168 x 16384 in bench_gemm's check while the short
-    shapes above passed (docs/PERF.md, session 6). A race need not show in any
+    shapes above passed. A race need not show in any
     one run; three fresh inputs each."""
     for _ in range(3):
         a, b1 = gemm_problem(None, m, n, k, gen, "cuda", ("blocked", "blocked"))
@@ -561,11 +568,9 @@ def test_predecoded(gen, op, L, m, n, k):
     pre-decode its activations (act_predecode_kernel writes
     every fp16 tile to the workspace, zeros in the rows past M; the main
     kernel brings a tile in per K step by one bulk copy; matmul_sm90.cu,
-    Predecoded). Tails in M and N, batched, both scale layouts. With
-    NVFP4_PREDECODE=0 in the environment the same shapes must take the
-    decoding kernel (scripts/gpu_check.sh runs the tensor-core tests with it
-    at 0 and at 1, every 128-row case both ways)."""
-    pre = os.environ.get("NVFP4_PREDECODE") != "0"
+    Predecoded). Tails in M and N, batched, both scale layouts. (test_kernels
+    runs this file with the pre-pass forced: every 128-row case both ways.)"""
+    pre = True
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", ("blocked", "linear"))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout="linear")
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
@@ -583,11 +588,11 @@ def test_group_predecoded(gen):
     """Eight groups of 58 to 354 rows x 7168 x 4096: 26 row tiles x 28 column
     tiles for 132 SMs. Counted in K steps alone, stream-K looked cheaper than
     whole tiles; counted with the pre-pass that whole tiles get (9% off their
-    steps), whole tiles pre-decoded win (choose_plan; 7% faster on an H100,
-    PERF.md session 29). On a 132-SM GPU the launch must be that: the pre-pass
-    and the main kernel without stream-K (with NVFP4_PREDECODE=0, no pre-pass).
-    Every GPU: right against the reference, into poisoned outputs."""
-    pre = os.environ.get("NVFP4_PREDECODE") != "0"
+    steps), whole tiles pre-decoded win (choose_cover; 7% faster on an H100).
+    On a 132-SM GPU the launch must be that: the pre-pass and the main kernel
+    without stream-K. Every GPU: right against the reference, into poisoned
+    outputs."""
+    pre = True
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sizes = [231, 58, 321, 354, 194, 88, 191, 319]
     probs = [gemm_problem(None, m, 7168, 4096, gen, "cuda", ("blocked", "linear")) for m in sizes]

@@ -157,7 +157,7 @@ def test_gemv_launches_back_to_back_on_several_streams(gen):
     """GEMV launches of different shapes and batch counts back to back on the
     default stream and two side streams, every output checked (outputs
     poisoned first). Guards any state a launch leaves for the next one on its
-    stream, such as the run-time work counters tried in session 5 (PERF.md)."""
+    stream, such as run-time work counters would be."""
     dev = "cuda"
     shapes = [(None, 300, 1024), (4, 129, 2048), (70, 5, 512), (8, 1000, 4096), (None, 7168, 2048)]
     problems = [gemv_problem(L, m, k, gen, dev) for L, m, k in shapes]
@@ -185,7 +185,7 @@ def test_launch_reads_what_the_launch_before_wrote(gen, first, second):
     launch just before it wrote (writer, reader, writer, ... back to back). The
     kernels launch programmatically: a reader's CTAs may start while the writer
     still runs, and must not read their operand before they wait for it (the
-    L2 prefetches measured in PERF.md session 17 would have touched it there).
+    L2 prefetches of the operand would have touched it there).
     No stale byte may reach a result: every writer's and reader's output is
     checked against the reference of what was really there."""
     dev = "cuda"

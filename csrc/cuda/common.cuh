@@ -11,11 +11,11 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "../numerics.h"
+#include "numerics.cuh"
 
 /* Problems per launch. 16 * sizeof(nvfp4_matmul) keeps the table under the
  * 4 KB of kernel parameters every sm_80+ launch takes; more groups than this
- * are split over several launches by the dispatcher. */
+ * are split over several launches (plan.cu). */
 #define NVFP4_LAUNCH_GROUPS 16
 
 /* One launch's problems, passed by value as a __grid_constant__ parameter:
@@ -26,6 +26,22 @@ struct MatmulTable {
   int32_t tile_start[NVFP4_LAUNCH_GROUPS + 1];
   int32_t count;
 };
+
+/* Fills t with problems[0, count) and their first tiles, tile_m x tile_n
+ * output tiles each (in every batch); returns the launch's tiles. Empty
+ * problems get none. */
+inline int64_t table_tiles(MatmulTable &t, const nvfp4_matmul *problems, int count, int64_t tile_m, int64_t tile_n) {
+  int64_t tiles = 0;
+  for (int g = 0; g < count; g++) {
+    const nvfp4_matmul &p = problems[g];
+    t.p[g] = p;
+    t.tile_start[g] = (int32_t)tiles;
+    tiles += ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n) * p.batch;
+  }
+  t.tile_start[count] = (int32_t)tiles;
+  t.count = count;
+  return tiles;
+}
 
 /* Which problem a linear tile index falls into; the tile index becomes local. */
 __device__ __forceinline__ int table_find(const MatmulTable &t, int64_t &tile) {
@@ -45,7 +61,7 @@ __device__ __forceinline__ int opaque(int x) {
 
 /* silu(x) = x / (1 + e^-x) with the fast division (2 ulp): the IEEE one took
  * its slow path whenever e^-x overflowed (x < -88, half of all random sums),
- * ~40% of the dual epilogue on an H200 (Nsight, 2026-11-22). Where 1 + e^-x
+ * ~40% of the dual epilogue on an H200. Where 1 + e^-x
  * exceeds 2^126 the quotient is 0; the true value is below 1e-36 there. */
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 
@@ -133,7 +149,7 @@ inline int env_flag(const char *name) {
   return !e ? -1 : e[0] == '0' ? 0 : 1;
 }
 
-/* An empty kernel (dispatch.cu) whose attributes say which code the device
+/* An empty kernel (plan.cu) whose attributes say which code the device
  * runs: every kernel is built for the same targets (setup.py). */
 __global__ void nvfp4_arch_probe_kernel();
 
@@ -185,7 +201,7 @@ inline const DeviceInfo &device_info() {
 static __device__ unsigned long long *nvfp4_trace_buf;
 __device__ __forceinline__ void nvfp4_trace_point(int i) {
   /* the clocks before the buffer's address: that is a global load, cold at a
-   * kernel's first point, and read first it delayed "entry" (PERF.md, session 45) */
+   * kernel's first point, and read first it delayed "entry" */
   unsigned long long t, c;
   unsigned sm;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

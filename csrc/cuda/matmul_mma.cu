@@ -5,23 +5,21 @@
  * It serves every GPU without the wgmma kernel (Ampere, Ada, Blackwell: B200
  * runs sm_100a, where wgmma does not exist) and, on Hopper, the shapes that
  * kernel leaves (K not a multiple of 64, rows 8 but not 16 bytes aligned).
- * Until it came, all of those ran the SIMT kernel at ~0.02 of speed of light.
  *
  * Speed of light: max(bytes / DRAM bandwidth, 2 M N K / the fp16 tensor rate),
  * where on Hopper that rate is wgmma's (the ceiling benchmarks/ measure) and
  * mma.sync's own peak is lower; on an A100 mma.sync is the peak path (312
  * TFLOP/s dense). Per warp and K step of 64 the kernel issues 128 mma
  * m16n8k16 and decodes 64 activation rows and 64 weight rows itself (32
- * words of 8 codes, ~15 instructions each: numerics.h): the loop is ~830
+ * words of 8 codes, ~15 instructions each: numerics.cuh): the loop is ~830
  * SASS instructions a step (sm_90a, gemm, 16-byte copies, aligned scales),
  * ~6.5 per mma. A row is decoded by both warps that share it, in exchange for
  * no fp16 tile in shared memory and no barrier between the decode and the mma.
- * Measured (H100, PERF.md session 48): 0.33 of the wgmma SOL at 4096^3 (255
- * TFLOP/s), 0.27-0.33 at M = 512..1024, 0.15-0.22 at M = 128 (gemm) and 256
- * (dual); the SIMT kernel it replaces ran at ~0.02. Not the tensor op holds
- * it: probe builds without the mma take 98% of the time, without the decode
- * 85%, without the loop's copies 79%, without both 60% (0.56 of the wgmma
- * SOL at 4096^3: mma.sync does at least that here).
+ * Measured (H100): 0.33 of the wgmma speed of light at 4096^3 (255 TFLOP/s),
+ * 0.27-0.33 at M = 512..1024, 0.15-0.22 at M = 128 (gemm) and 256 (dual).
+ * Not the tensor op holds it: without the mma the kernel takes 98% of the
+ * time, without the decode 85%, without the loop's copies 79%, without both
+ * 60% (0.56 of the wgmma speed of light at 4096^3).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64, by WK:
  *   WK = 1: warps 2 x 2 over 128 activation rows x TN weight rows (gemm TN =
@@ -38,7 +36,7 @@
  *     B fragments (nvfp4_e2m1x8_to_half2x4) and 16 mma (4 m16 x 4 k16)
  *   WK = 4: the 4 partial tiles through shared memory, added in warp order
  *   epilogue: fp32 x 2^12 (NVFP4_TC_UNSCALE) x alpha (or silu(C1) * C2) -> fp16.
- * The K order inside a step is numerics.h's (thread t of a quad owns bytes
+ * The K order inside a step is numerics.cuh's (thread t of a quad owns bytes
  * 8t..8t+7 of a row, one scale block): both operands decode the same way, so
  * every product pairs up and each 64-wide sum is the same set of exact
  * products as the reference's.
@@ -51,8 +49,9 @@
  * 16), else 8 (rows of K % 32 == 16: K / 2 bytes is a multiple of 8 only).
  */
 #include <algorithm>
+#include <cstdio>
 
-#include "common.cuh"
+#include "kernels.h"
 
 namespace {
 
@@ -348,22 +347,6 @@ bool scales_aligned(const nvfp4_matmul &p) {
   return scales_aligned(p.a) && scales_aligned(p.b) && (!p.b2.data || scales_aligned(p.b2));
 }
 
-/* NVFP4_MMA: 0 never (the SIMT kernel takes what this one would); 1 ahead of
- * every kernel but the gemv op's GEMV, on every launch it can run
- * (benchmarks, the tests' second pass); unset, where the wgmma, GEMV and
- * skinny kernels do not run (csrc/cuda/dispatch.cu). */
-int mma_env() {
-  static const int v = env_flag("NVFP4_MMA");
-  return v;
-}
-
-/* NVFP4_MMA_SPLIT: 0 / 1 every launch with WK = 1 / 4; unset, the rule in
- * matmul_mma_launch. */
-int split_env() {
-  static const int v = env_flag("NVFP4_MMA_SPLIT");
-  return v;
-}
-
 template <bool DUAL, int CW, bool SF_ALIGNED, int WK>
 cudaError_t launch(const MatmulTable &t, unsigned tiles, cudaStream_t stream) {
   auto kernel = matmul_mma_kernel<DUAL, CW, SF_ALIGNED, WK>;
@@ -392,36 +375,31 @@ cudaError_t launch(const MatmulTable &t, unsigned tiles, bool sf_aligned, int wk
   return sf_aligned ? launch<DUAL, CW, true>(t, tiles, wk, stream) : launch<DUAL, CW, false>(t, tiles, wk, stream);
 }
 
+/* The output tile of a launch with WK = wk: activation rows x weight rows. */
+void tile_of(bool dual, int wk, int &tm, int &tn) {
+  tm = wk == 1 ? Shape<1>::TM : Shape<4>::TM;
+  tn = dual ? (wk == 1 ? tile_n<true, 1>() : tile_n<true, 4>()) : (wk == 1 ? tile_n<false, 1>() : tile_n<false, 4>());
+}
+
 /* Tiles of a launch with WK = wk (empty problems have none). */
-int64_t count_tiles(const nvfp4_matmul *problems, int count, int wk, MatmulTable *t) {
-  const bool dual = problems[0].b2.data != nullptr;
-  const int tm = wk == 1 ? Shape<1>::TM : Shape<4>::TM;
-  const int tn = dual ? (wk == 1 ? tile_n<true, 1>() : tile_n<true, 4>()) : (wk == 1 ? tile_n<false, 1>() : tile_n<false, 4>());
+int64_t count_tiles(const nvfp4_matmul *problems, int count, int wk) {
+  int tm, tn;
+  tile_of(problems[0].b2.data != nullptr, wk, tm, tn);
   int64_t tiles = 0;
   for (int g = 0; g < count; g++) {
     const nvfp4_matmul &p = problems[g];
-    if (t) t->tile_start[g] = (int32_t)tiles;
     tiles += (p.m + tm - 1) / tm * ((p.n + tn - 1) / tn) * p.batch;
   }
   return tiles;
 }
 
-}  // namespace
-
-bool matmul_mma_forced() { return mma_env() > 0; }
-
-/* sm_80+, rows 8-byte aligned (copy_width); scales at any alignment. */
-bool matmul_mma_supported(const nvfp4_matmul &p) {
-  return mma_env() != 0 && device_info().major >= 8 && copy_width(p) > 0;
-}
-
 /* WK for a launch of `tiles` 128 x 128 tiles (WK = 1) on `sms` SMs, by time
  * in units of one such tile at two CTAs per SM: an SM with one CTA of WK = 1
  * runs at 0.82 of that, and WK = 4 at full occupancy at 0.82 of WK = 1 (its
- * copies and its partial sums; H100, bench_gemm: 512 x 4096 x 7168, 4096^3;
- * PERF.md session 48). A 4x finer split pays where the coarse one leaves
- * SMs idle or unevenly loaded: M = 128 (32 to 56 tiles) 1.5-2.7x faster,
- * 192 tiles 11%; at 128 and 256 tiles WK = 1 measured 9% and 19% faster. */
+ * copies and its partial sums; H100, 512 x 4096 x 7168 and 4096^3). A 4x
+ * finer split pays where the coarse one leaves SMs idle or unevenly loaded:
+ * M = 128 (32 to 56 tiles) 1.5-2.7x faster, 192 tiles 11%; at 128 and 256
+ * tiles WK = 1 measured 9% and 19% faster. */
 int choose_wk(int64_t tiles, int sms) {
   constexpr double EFF = 0.82;
   const double n1 = (double)((tiles + sms - 1) / sms), n4 = (double)((4 * tiles + sms - 1) / sms);
@@ -429,23 +407,29 @@ int choose_wk(int64_t tiles, int sms) {
   return c4 < 0.95 * c1 ? 4 : 1;
 }
 
+/* The launch's WK: forced (1, 4) or by choose_wk. */
+int launch_wk(const nvfp4_matmul *problems, int count, int wk) {
+  return wk == 1 || wk == 4 ? wk : choose_wk(count_tiles(problems, count, 1), device_info().sms);
+}
+}  // namespace
+
+/* sm_80+, rows 8-byte aligned (copy_width); scales at any alignment. */
+bool matmul_mma_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) { return dev.major >= 8 && copy_width(p) > 0; }
+
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
- * matmul_mma_supported. One launch; empty problems get no tiles; WK by
- * choose_wk. */
-cudaError_t matmul_mma_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
-  MatmulTable t;
+ * matmul_mma_can_run. One launch; empty problems get no tiles. */
+cudaError_t matmul_mma_launch(const nvfp4_matmul *problems, int count, int wk_forced, cudaStream_t stream) {
   int cw = 16;
   bool sf_aligned = true;
   for (int g = 0; g < count; g++) {
-    t.p[g] = problems[g];
     cw = std::min(cw, copy_width(problems[g]));
     sf_aligned = sf_aligned && scales_aligned(problems[g]);
   }
-  t.count = count;
-  const int split = split_env();
-  const int wk = split == 0 ? 1 : split == 1 ? 4 : choose_wk(count_tiles(problems, count, 1, nullptr), device_info().sms);
-  const int64_t tiles = count_tiles(problems, count, wk, &t);
-  t.tile_start[count] = (int32_t)tiles;
+  const int wk = launch_wk(problems, count, wk_forced);
+  int tm, tn;
+  tile_of(problems[0].b2.data != nullptr, wk, tm, tn);
+  MatmulTable t;
+  const int64_t tiles = table_tiles(t, problems, count, tm, tn);
   if (tiles == 0) return cudaSuccess;
   if (tiles > INT32_MAX || cw == 0) return cudaErrorInvalidConfiguration;
   if (problems[0].b2.data)
@@ -453,4 +437,8 @@ cudaError_t matmul_mma_launch(const nvfp4_matmul *problems, int count, cudaStrea
                     : launch<true, 8>(t, (unsigned)tiles, sf_aligned, wk, stream);
   return cw == 16 ? launch<false, 16>(t, (unsigned)tiles, sf_aligned, wk, stream)
                   : launch<false, 8>(t, (unsigned)tiles, sf_aligned, wk, stream);
+}
+
+void matmul_mma_describe(const nvfp4_matmul *problems, int count, int wk, char *what, size_t len) {
+  std::snprintf(what, len, launch_wk(problems, count, wk) == 1 ? "128x128 tiles" : "64x64 tiles, K over 4 warps");
 }

@@ -2,7 +2,7 @@
  * matmul_simt.cu - the portable CUDA path: GEMM, dual GEMM and grouped GEMM on
  * CUDA cores, for every shape, stride, alignment and scale layout (sm_80+).
  *
- * This is the kernel the dispatcher falls back to when no fast path applies
+ * This is the kernel the planner (plan.cu) falls back to when no fast path applies
  * (odd K, misaligned slices, tiny problems). Correctness over speed.
  *
  * Dataflow, per 64x64 output tile, per 16-wide K step (one scale column):
@@ -15,7 +15,7 @@
  * columns tx + 16j (i, j < 4). For the decode each thread takes one of the 64
  * tile rows (t / 4) and 4 of its 16 K values (t % 4).
  */
-#include "common.cuh"
+#include "kernels.h"
 
 namespace {
 
@@ -102,15 +102,7 @@ __global__ void __launch_bounds__(THREADS) matmul_simt_kernel(const __grid_const
  * all dual or all not. Empty problems get no tiles. */
 cudaError_t matmul_simt_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
   MatmulTable t;
-  int64_t tiles = 0;
-  for (int g = 0; g < count; g++) {
-    const nvfp4_matmul &p = problems[g];
-    t.p[g] = p;
-    t.tile_start[g] = (int32_t)tiles;
-    tiles += ((p.m + TILE - 1) / TILE) * ((p.n + TILE - 1) / TILE) * p.batch;
-  }
-  t.tile_start[count] = (int32_t)tiles;
-  t.count = count;
+  const int64_t tiles = table_tiles(t, problems, count, TILE, TILE);
   if (tiles == 0) return cudaSuccess;
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   if (problems[0].b2.data)

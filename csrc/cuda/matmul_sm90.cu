@@ -1,6 +1,7 @@
 /*
  * matmul_sm90.cu - the Hopper tensor-core path (sm_90a): GEMM, dual GEMM and
- * grouped GEMM on fp16 wgmma with fp32 accumulators.
+ * grouped GEMM on fp16 wgmma with fp32 accumulators. Its planner (tile,
+ * split-K, stream-K, pre-decode) is matmul_sm90_plan.cu.
  *
  * Roles swapped: the kernel computes C^T = B * A^T. The weights B (n x k, the
  * large operand) are wgmma's register-sourced A operand, each thread decoding
@@ -9,8 +10,8 @@
  *
  * CTA = 384 threads = 3 warpgroups; tile = 256 weight rows x TM activation
  * rows (TM = 128; 64 or 32 when every problem of the launch has M <= 64 or
- * <= 32, see "Small M" below); K step 64. Dual: weight rows 0-127 are B1's,
- * 128-255 the same rows of B2, so each activation tile feeds both products.
+ * <= 32); K step 64. Dual: weight rows 0-127 are B1's, 128-255 the same rows
+ * of B2, so each activation tile feeds both products.
  *   warpgroup 0, producer (88 registers): cp.async of raw fp4 rows and scales
  *     into a 6-slot ring (mbarriers per slot: landed; read by every thread,
  *     since a slot's copies and its decode are done by different threads);
@@ -19,20 +20,15 @@
  *     padding) are neither copied nor decoded.
  *   warpgroups 1 and 2, consumers (208 registers): 128 weight rows each
  *     (2 x 64 fp32 accumulators of 64 x 128), every K step, each issuing
- *     its 8 wgmma m64n128k16 as soon as its fragments are decoded (no turn
- *     order between the two: PERF.md, session 14). Each waits for its own
- *     wgmma before decoding again: ptxas serializes register-sourced wgmma
- *     whose next fragments are written while earlier ones are in flight.
- *     A 128-row tile of at most 96 rows (M % 128, a group's last tile)
- *     issues m64n96k16, m64n64k16 or m64n32k16 instead (stream-K: no n96,
- *     which spilled): 5%, 5% and 13% off such tiles, no more, since the step
- *     is set by the decodes and the producer, not the tensor op (H100,
- *     PERF.md session 27).
- * Epilogue: both consumers' sums -> fp32 tile in smem ->
- *   split-K sum over the cluster -> alpha (or silu(C1) * C2) -> fp16
- *   (store_share; in gemm launches of split 2 the producer's warps join the
- *   consumers' for the sum, whose distributed-shared-memory loads wait on
- *   the SM-to-SM network: 3-6% off the 2-group competition shapes).
+ *     its 8 wgmma m64n128k16 as soon as its fragments are decoded. Each
+ *     waits for its own wgmma before decoding again: ptxas serializes
+ *     register-sourced wgmma whose next fragments are written while earlier
+ *     ones are in flight. A 128-row tile of at most 96 rows (M % 128, a
+ *     group's last tile) issues m64n96k16, m64n64k16 or m64n32k16 instead
+ *     (stream-K: no n96, which spilled): 5%, 5% and 13% off such tiles.
+ * Epilogue: both consumers' sums -> fp32 tile in smem -> split-K sum over the
+ *   cluster -> alpha (or silu(C1) * C2) -> fp16 (store_share; in gemm
+ *   launches of split 2 the producer's warps join the consumers' for the sum).
  *
  * K order. A sum may take its K terms in any order as long as both operands
  * agree. Inside each 64-wide step the kernel uses the order that makes every
@@ -46,103 +42,52 @@
  * Split-K. With few tiles (M = 128: 16 to 28 of them) S CTAs of one cluster
  * share a tile, each a contiguous K range; the partial fp32 tiles are summed
  * through distributed shared memory in rank order: deterministic, no
- * workspace, no extra launch. S is chosen from the clusters that fit at once.
+ * workspace, no extra launch.
  *
  * Pre-decoded activations (PRE, 128-row tiles of launches of whole tiles, a
- * workspace given; Predecoded below): a pre-pass kernel decodes every
- * activation tile once into fp16 tiles in the workspace and the producer
- * brings each K step's tile in by one bulk copy, decoding nothing; only
- * where the cost model (predecode_pays) expects it to pay: the main kernel
- * ~9% faster, the pre-pass ~2 us plus 2.28 bytes per tile byte.
+ * workspace given; Predecoded): a pre-pass kernel decodes every activation
+ * tile once into fp16 tiles in the workspace and the producer brings each K
+ * step's tile in by one bulk copy, decoding nothing: the main kernel ~9%
+ * faster, the pre-pass ~2 us plus 2.28 bytes per tile byte.
  *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
- * takes an equal share of all tiles' K steps instead (equal in cost: a short
- * tile's step counts less, sk_ranges), partials through a global workspace
- * (StreamK below). Only where the cost model (choose_plan) expects 6.5% less
- * time, every problem of the launch has the same K and the caller gives the
- * workspace (nvfp4_matmul_cuda_ws).
+ * takes an equal share (in cost) of all tiles' K steps instead, partials
+ * through a global workspace (StreamK).
  *
- * Speed of light (H200 measured: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M=128:
- * 7168x16384 39.8 us (compute), 4096x7168 9.9, 7168x2048 5.0. Issue slots
- * are the limit: per K step a 256 x 128 tile is 4.2 MFLOP of wgmma (1024
- * tensor cycles at peak, 4096 issue slots) against the decode of 128 x 64
- * activation and 256 x 64 weight values (~15 instructions per 8) and the
- * loop's loads, barriers and addressing. The 128 x 128 tile of the previous
- * version needed ~115% of its slots (Nsight: 50% of peak); this one ~80%.
- * Nsight (session 19): a consumer warpgroup spends ~30% of its time waiting
- * for its own wgmma and most of the rest decoding (latency and dispatch
- * stalls, not a full pipe). Probes: without either decode 4096^3 takes
- * 212 us against 248 (session 20; bf16 cuBLAS ~176), and halving the
- * consumers' decode saves only 6% (session 21), so the decode phase is not
- * simply the step's critical path; four consumer warpgroups of 64 rows
- * (registers: 640 threads) measured 30% slower. The loop rebuilt alone
- * (tools/wgmma_rate.cu, session 22): the wgmma structure runs at the tensor
- * peak; the producer's work and the barriers cost ~15% of it, the
- * per-thread copies ~25% more; activations decoded before the kernel and
- * brought in by one bulk copy per step took it from 1731 to 1228 cycles.
- * In this kernel the same change (PRE) saved 8.5-10.7% of the main
- * kernel's time, not 29% (session 23).
- * The kernel runs at the full clock in the benchmarks (not power-capped).
+ * Speed of light (H200: ~755 TFLOP/s fp16 dense, 4.28 TB/s), M = 128:
+ * 7168 x 16384 39.8 us (compute), 4096 x 7168 9.9, 7168 x 2048 5.0. Issue
+ * slots are the limit: per K step a 256 x 128 tile is 4.2 MFLOP of wgmma
+ * (1024 tensor cycles at peak, 4096 issue slots) against the decode of
+ * 128 x 64 activation and 256 x 64 weight values (~15 instructions per 8)
+ * and the loop's loads, barriers and addressing, ~80% of the slots. A
+ * consumer warpgroup spends ~30% of its time waiting for its own wgmma and
+ * most of the rest decoding. The K loop rebuilt alone runs at the tensor
+ * peak with the wgmma only; the producer's work and the barriers cost ~15%
+ * of it, the per-thread copies ~25% more.
  *
  * Small M (2..64: a decode step's batch). The floor is streaming B: M = 8,
- * 7168x16384 moves 66 MB (15.6 us at 4.24 TB/s) for 1.9 GFLOP. A 128-row
+ * 7168 x 16384 moves 66 MB (15.6 us at 4.24 TB/s) for 1.9 GFLOP. A 128-row
  * tile spends 16x that on padding rows, so the tile shrinks to TM = 32 or 64
- * (wgmma m64n32k16 / m64n64k16) and a deeper raw ring (8 or 10 slots).
+ * (wgmma m64n32k16 / m64n64k16) with a deeper raw ring (8 or 10 slots).
  * Then the step (256 weight rows x 64 K) is bound by the consumers' loop,
  * ~185 instructions per warp and step, ~120 of them decode: ~0.6 us per
  * step on an H200, ~17 GB/s per SM against the 32 GB/s streaming needs;
- * without any decode it still takes ~0.5 us (PERF.md, session 18).
- * (Measured not to move it: TMA copies instead of cp.async, 4 consumer
- * warpgroups, mma.sync on 8- and 16-row tiles, decoding the next step during
- * the wgmma; PERF.md.)
+ * without any decode it still takes ~0.5 us. (TMA copies, 4 consumer
+ * warpgroups, mma.sync on 8- and 16-row tiles and decoding the next step
+ * during the wgmma did not move it.)
  */
-#include <cmath>
-#include <cstdlib>
+#include <algorithm>
+#include <cstdio>
 #include <type_traits>
 
-#include "common.cuh"
+#include "kernels.h"
+#include "matmul_sm90.cuh"
 #include "ptx_sm90.cuh"
-
-#ifndef NVFP4_SM90_SK /* stream-K: 0 never, 1 where the cost model prefers it, 2 wherever allowed */
-#define NVFP4_SM90_SK 1
-#endif
-#ifndef NVFP4_SM90_NARROW /* 128-row tiles of <= 96 rows: wgmma of N = 32, 64 or 96 (experiment knob) */
-#define NVFP4_SM90_NARROW 1
-#endif
-#ifndef NVFP4_SM90_EPI_ALL /* the epilogue's sums and stores by all 12 warps (1) or the consumers' 8 (0) */
-#define NVFP4_SM90_EPI_ALL 1
-#endif
 
 namespace {
 
-constexpr int THREADS = 384; /* warpgroup 0 produces, 1 and 2 consume         */
-constexpr int TILE_R = 256;  /* weight rows per CTA (2 x 128; dual: 128 of B1 + B2) */
-constexpr int KSTEP = 64;
-constexpr int NA16 = 4;      /* fp16 A tile ring                                  */
-static_assert((NA16 & (NA16 - 1)) == 0, "the consumers take the fp16 tile index by mask");
-constexpr int MAX_SPLIT = 8; /* portable cluster size                             */
-constexpr int PART_PITCH = TILE_R + 4; /* floats per row of the epilogue's fp32 [m][r] tile */
-
-/* Shared memory of a tile of TM activation rows (TM = 128, 64 or 32: the
- * wgmma N), from a 1024-byte aligned base. Raw rows are 32 bytes (64 fp4);
- * chunk j of row r sits at 16 * (j ^ ((r / 4) & 1)), which keeps both the
- * 16-byte decode reads and the 8-byte fragment reads conflict-free. The
- * smaller tiles keep more raw stages in flight. */
-template <int TM>
-struct Layout {
-  static_assert(TM == 128 || TM == 64 || TM == 32, "activation tile of 128, 64 or 32 rows");
-  static constexpr int STAGES = TM == 128 ? 6 : TM == 64 ? 8 : 10; /* raw fp4 ring */
-  static constexpr int A16_BYTES = TM * KSTEP * 2;                /* one fp16 A tile */
-  static constexpr int RAW_A = 0, RAW_B = RAW_A + TM * 32, RAW_SFA = RAW_B + TILE_R * 32, RAW_SFB = RAW_SFA + TM * 4;
-  static constexpr int STAGE_BYTES = RAW_SFB + TILE_R * 4;
-  static constexpr int RAW_BASE = NA16 * A16_BYTES;
-  static constexpr int BAR_BASE = RAW_BASE + STAGES * STAGE_BYTES; /* 8-byte mbarriers */
-  static constexpr int MAIN_BYTES = BAR_BASE + 8 * (2 * STAGES + 2 * NA16);
-  static constexpr int PART_BYTES = TM * PART_PITCH * 4;
-  static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
-  static constexpr int SMEM_BYTES = MAIN_BYTES;
-};
+using namespace sm90;
 
 #if NVFP4_SM90A
 /* Byte offset of 16-byte chunk j (0, 1) of raw row r in a stage (Layout). */
@@ -222,49 +167,13 @@ struct StageCopies {
 };
 #endif
 
-/* Stream-K launches (128-row tiles, every problem the same K): the launch's
- * tiles x K steps are dealt to `ctas` CTAs (one per SM) in contiguous ranges
- * of equal cost (sk_ranges), so a CTA works on one or more segments (a tile's
- * K range). A segment that starts inside a tile can only be a CTA's first: it
- * stores its fp32 partial in the workspace slot of its range and raises the
- * range's flag. The segment holding the tile's K start (a CTA's last) adds
- * the partials of the later ranges in range order and stores the tile. No CTA
- * waits before its own partial is out. Ranges go to CTAs in reverse (CTA c
- * takes range ctas - 1 - c), so a tile's owner waits only on CTAs numbered
- * below it: with CTAs started in index order (the assumption CUB's decoupled
- * look-back scan makes too) every wait ends even when fewer CTAs than the
- * grid's fit at once (MPS limits, green contexts, a concurrent kernel holding
- * SMs).
- * Flags without a memset per launch (one would end the programmatic overlap
- * of this launch with the kernel before it): a raised flag holds the launch's
- * epoch, a 64-bit value no earlier launch used (launch_epoch), so whatever the
- * workspace held before passes for it only by a 2^-64 chance; the owner
- * resets each flag it consumed to 0, so a CUDA graph's replays, which keep
- * the captured epoch, start from cleared flags. */
-constexpr int SK_MAX_CTAS = 256; /* stream-K plans one CTA per SM: devices of more SMs run split-K */
-template <int MAX_CTAS>
-struct StreamKT {
-  float *ws;  /* per range: 256 consumer threads x TM floats, [TM / 4][256] float4 */
-  unsigned long long *flags; /* per range: `epoch` once its partial is in ws  */
-  unsigned long long epoch;
-  int ctas;
-  int ksteps; /* of every problem of the launch                               */
-  /* range c is the launch's K steps [start[c], start[c + 1]) (tile-major),
-   * start[ctas] = tiles x K steps; every range is non-empty (sk_ranges) */
-  int32_t start[MAX_CTAS + 1];
-};
-/* The stream-K kernels' parameter; the others get StreamKT<0>, which keeps
- * their parameters (the launch table's 3.9 KB) within 4 KB. */
-using StreamK = StreamKT<SK_MAX_CTAS>;
-
 #if NVFP4_SM90A
 /* Sum of the float4 at `addr` in CTAs 0..split-1 of the cluster, in rank
  * order (the same adds either way). At split 2 one load in flight per
  * thread, each added before the next goes out; at larger splits all loads
  * issued before the first add. Fewer loads in flight were faster at split 2
  * and slower at 4 and 6; more (two to eight vectors' loads batched) were
- * slower on six of the seven shapes measured: H100 cold calls, PERF.md
- * session 46. */
+ * slower on six of the seven shapes measured (H100). */
 __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
   if (split == 2) {
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -284,32 +193,11 @@ __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
 }
 #endif
 
-/* Pre-decoded activations (PRE launches: 128-row tiles, a workspace given).
- * A pre-pass kernel writes every fp16 activation tile the launch's consumers
- * will read, once, into the workspace; the main kernel's producer then brings
- * each K step's tile in with one bulk copy instead of copying and decoding
- * its raw rows: the producer warpgroup's decode, its shared-memory stores and
- * per-row copies took issue slots and barrier round trips from the
- * consumers' step (tools/wgmma_rate.cu: 1731 -> 1228 cycles per step in the
- * rebuilt loop, PERF.md session 22). The cost: a second launch (overlapped
- * by PDL) that reads the activations and writes 2 bytes per value, 128-row
- * tiles padded with zeros, and 16 KB instead of 4.5 KB read per CTA and step
- * (L2 hits mostly: the CTAs of an activation tile run side by side).
- * Layout: problem g's tiles from block blk[g] of 16 KB, block
- * ((l * tiles_m + m tile) * ksteps + ks) holding rows 0..127 as the shared
- * tile does (a16_chunk). */
-struct Predecoded {
-  uint8_t *a16;
-  int32_t blk[NVFP4_LAUNCH_GROUPS + 1]; /* blk[count]: every block of the launch */
-};
-
-constexpr int PRE_THREADS = 128; /* one per row of a block */
-
 /* The pre-pass: CTA i decodes blocks i, i + gridDim.x, ...; thread r row r
  * (reads 32 fp4 bytes and 4 scale bytes, decodes as the producer does) into
  * a 16 KB tile in shared memory, which one bulk copy writes out whole (each
  * thread storing its own row to global memory, a warp's 16-byte stores 32
- * rows of 128 bytes apart, ran at ~0.8 TB/s: session 23). */
+ * rows of 128 bytes apart, ran at ~0.8 TB/s). */
 __global__ void __launch_bounds__(PRE_THREADS, 8)
     act_predecode_kernel(const __grid_constant__ MatmulTable t, const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
@@ -435,7 +323,7 @@ __global__ void __launch_bounds__(THREADS, 1)
    * The producer spilled at 56 and 64; 72 and 88 measured alike. Pre-decoded
    * (no activation decode) and not stream-K, the producer needs fewer:
    * 128 x 56 + 256 x 224, 0.8-1.1% faster on 3 of 5 gemm shapes, the dual
-   * unchanged; 40 + 232 made the dual 2% slower (session 23). */
+   * unchanged; 40 + 232 made the dual 2% slower. */
   constexpr bool LEAN_PRODUCER = PRE && !SK;
   constexpr int PRODUCER_REGS = LEAN_PRODUCER ? 56 : 88, CONSUMER_REGS = LEAN_PRODUCER ? 224 : 208;
   constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8; /* __launch_bounds__(THREADS, 1): 168 */
@@ -519,11 +407,11 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   /* store_share by all 12 warps in gemm launches of split 2: there each thread's
    * share drops from 16 to 11 element vectors, and the 2-group 3072 x 4096
-   * shape ran 4% faster (H100, PERF.md session 28); at split 4 and 8 the share
+   * shape ran 4% faster (H100); at split 4 and 8 the share
    * drops by less than the producer's entry costs (1-2% slower), at split 1
    * nothing changed; the dual's producer, summing two tiles at 88 registers,
    * made it slower; stream-K and the pre-decoded producer spilled. */
-  constexpr bool EPI_ALL = NVFP4_SM90_EPI_ALL && !DUAL && !SK && !PRE;
+  constexpr bool EPI_ALL = !DUAL && !SK && !PRE;
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     for (int si = 0; segment(si); si++) {
@@ -537,7 +425,7 @@ __global__ void __launch_bounds__(THREADS, 1)
        * activation's end (PAD: a tile of M < TM rows, the last tile of a
        * group) skips their copies and decode, 7-10% off the padded launches;
        * the full tiles' loop is compiled apart, without the tests (they cost
-       * the full tiles 1-3%; PERF.md, session 18). */
+       * the full tiles 1-3%). */
       auto produce = [&](auto pad) {
         constexpr bool PAD = decltype(pad)::value;
         const StageCopies<DUAL, TM, PAD> copies(p, l, n0, m0, kbeg, tid);
@@ -583,12 +471,12 @@ __global__ void __launch_bounds__(THREADS, 1)
            * threads that decode other rows, one step later) waits for every
            * reader. Every thread arrives: racecheck orders a thread's reads
            * before another's writes through the thread's own arrival, not
-           * through a __syncwarp and lane 0's (PERF.md, session 14). */
+           * through a __syncwarp and lane 0's. */
           mbar_arrive(bar(BAR_EMPTY + slot));
           /* refill the slot of step j-1 once every consumer and producer
            * thread has read it: before this step's decode rather than after
            * it, so the copies go out one decode earlier (small M 3% faster,
-           * the rest 0-1%; PERF.md, session 21) */
+           * the rest 0-1%) */
           if (j >= 1 && j - 1 + STAGES < steps) {
             const int old = (gj - 1) % STAGES;
             mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
@@ -690,10 +578,10 @@ __global__ void __launch_bounds__(THREADS, 1)
        * only), their scale bytes 32 / 256 / 288. Slot, phase and descriptors
        * advance by additions. 19 fewer instructions per warp and step than
        * addresses computed per step: the dual 2-5% faster, the gemm 0-1.6%
-       * (bench_gemm, H200, PERF.md session 9). */
+       * (H200). */
       const int r00 = wg * 128 + warp * 16 + g;
       /* opaque: kept in registers; ptxas recomputed both from the thread index
-       * in every step (21 instructions per warp and step; PERF.md, session 20) */
+       * in every step (21 instructions per warp and step) */
       const uint32_t b_at =
           (uint32_t)opaque((int)(smem_addr + RAW_BASE + RAW_B + raw_chunk(r00, tq >> 1) + 8 * (tq & 1)));
       const uint32_t sfb_at = (uint32_t)opaque((int)(smem_addr + RAW_BASE + RAW_SFB + r00 * 4 + tq));
@@ -739,7 +627,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + buf));
         }
       };
-      if constexpr (TM == 128 && NVFP4_SM90_NARROW) {
+      if constexpr (TM == 128) {
         const int64_t rows = p.m - m0;
         if (rows <= 32) consume(std::integral_constant<int, 32>{});
         else if (rows <= 64) consume(std::integral_constant<int, 64>{});
@@ -868,7 +756,7 @@ cudaError_t configure(const DeviceInfo &dev) {
 /* Clusters of `split` CTAs that fit on the device at once (a cluster must sit
  * in one GPC: on an H200, 30 clusters of 4 but 66 of 2), per device. */
 template <bool DUAL, int TM>
-int max_clusters(int split, const DeviceInfo &dev) {
+int max_clusters_of(int split, const DeviceInfo &dev) {
   static int cache[64][MAX_SPLIT + 1] = {};
   int &n = cache[dev.id][split];
   if (!n && configure<DUAL, TM, false, false>(dev) != cudaSuccess) {
@@ -884,168 +772,6 @@ int max_clusters(int split, const DeviceInfo &dev) {
     }
   }
   return n;
-}
-
-/* Whether pre-decoding (Predecoded) pays, in K steps of one CTA (~0.9 us on
- * an H100): the main kernel's steps take ~9% less time (8.5-10.7% on 10
- * shapes, H100, PERF.md session 23); the pre-pass takes ~2 steps plus its
- * traffic, 2.28 bytes per byte of fp16 tiles (fp4 and scales read, fp16
- * written) at ~2.9 TB/s: one step per 2.13 MB of tiles. Chosen where the
- * saving exceeds the cost by 25%, and only for launches of whole tiles (no
- * split-K or stream-K): with either, calls back to back (the competition's
- * loop) measured 2-10% slower pre-decoded, even where one call alone was
- * faster. */
-constexpr double PRE_STEP_SAVING = 0.09;
-inline bool predecode_pays(double cta_steps, double a16_bytes) {
-  return PRE_STEP_SAVING * cta_steps > 1.25 * (2.2 + a16_bytes / 2.13e6);
-}
-
-/* How a launch covers its tiles: clusters of `split` CTAs sharing each tile's
- * K, or (sk_ctas > 0) stream-K over sk_ctas CTAs. */
-struct Plan {
-  int split, sk_ctas;
-  double steps; /* the cost below: K steps per CTA, fills included */
-};
-
-/* Costs in K steps of one CTA. Split-K: the waves of clusters that the tiles
- * need times the steps per CTA, plus the pipeline fill and epilogue per wave
- * (~3 steps of the 128-row tile; the smaller tiles' steps are shorter, so the
- * same time is more of them). Ties go to the smaller split.
- * Stream-K (128-row tiles, one K, a workspace to ask for): the steps per CTA
- * (sk_steps / ctas: the launch's steps at sk_step_cost, as sk_ranges deals
- * them), a fill and epilogue per segment, 4 for a partial's store and load, 3
- * more per further partial the tile's owner adds (the CTAs that share a tile),
- * against the best split-K with 2 more per wave where the split sums through
- * DSMEM (~4 us instead of ~1, PERF.md session 6), and split 1 pre-decoded
- * (PRE_STEP_SAVING off its steps) where a workspace is given (pre_bytes >= 0:
- * the pre-pass's fp16 tiles) and predecode_pays; stream-K is chosen when 6.5%
- * cheaper. Fitted to 14 shapes measured both ways (H200, PERF.md session 11),
- * before the pre-pass existed, with a 5% margin; session 29 (H100) added the
- * pre-pass and the costs at sk_step_cost and measured 15 grouped shapes whose
- * plan that changed: the 5 sent from stream-K to split 1 pre-decoded ran
- * 3-9% faster (one call), the 3 sent to stream-K at a cost ratio (stream-K
- * / split-K) of at most 0.934 5.5-7.5%; of the 7 at 0.939-0.949, 3 ran
- * 1-2.6% faster and 4 up to 2.5% slower (their loops up to 6%): hence the
- * margin, which against the 5% margin made 5 shapes 0.2-2.5% faster (loops
- * 2.4-3.9%), one 3.5% slower and 2 alike. */
-#ifndef NVFP4_SM90_SK_PLAN /* experiment knob: 0 = session 11's costs (steps alike, no pre-pass, 5% margin) */
-#define NVFP4_SM90_SK_PLAN 1
-#endif
-template <bool DUAL, int TM>
-Plan choose_plan(int64_t tiles, int64_t ksteps, double sk_steps, double pre_bytes, bool sk_ok, const DeviceInfo &dev) {
-  constexpr double FILL_STEPS = TM == 128 ? 3.0 : 8.0;
-  int best = 1;
-  double best_cost = 1e30, split_k_cost = 1e30; /* the latter: against stream-K */
-  double pre_cost = 1e30; /* split 1 pre-decoded, where that pays */
-  for (int s = 1; s <= MAX_SPLIT; s++) {
-    if (s > 1 && ksteps / s < 4) break;
-    const int fit = max_clusters<DUAL, TM>(s, dev);
-    if (fit < 1) continue;
-    const double waves = (double)((tiles + fit - 1) / fit);
-    const double cost = waves * ((double)((ksteps + s - 1) / s) + FILL_STEPS);
-    if (cost < best_cost * 0.97) best = s, best_cost = cost;
-    if (NVFP4_SM90_SK_PLAN && s == 1 && pre_bytes >= 0 && predecode_pays(cost, pre_bytes))
-      pre_cost = cost * (1.0 - PRE_STEP_SAVING);
-    split_k_cost = std::min(split_k_cost, std::min(cost, pre_cost) + (s > 1 ? 2.0 * waves : 0.0));
-  }
-  if (pre_cost < best_cost) { /* split 1, pre-decoded (TileLaunch: predecode_pays) */
-    best_cost = pre_cost / (1.0 - PRE_STEP_SAVING);
-    best = 1;
-  }
-  Plan plan = {best, 0, best_cost};
-  /* Stream-K is planned for one CTA per SM of the device. Where the process
-   * gets fewer SMs (MPS limits, green contexts) it stays correct (StreamK: an
-   * owner waits only on CTAs numbered below it) but runs in more than one wave;
-   * NVFP4_STREAM_K=0 turns it off there. */
-  static const bool sk_env_off = [] {
-    const char *e = std::getenv("NVFP4_STREAM_K");
-    return e && e[0] == '0';
-  }();
-  if (TM == 128 && sk_ok && NVFP4_SM90_SK && !sk_env_off && dev.sms <= SK_MAX_CTAS && tiles * ksteps >= dev.sms &&
-      tiles * ksteps <= INT32_MAX) {
-    const int ctas = dev.sms;
-    const double per_cta = (NVFP4_SM90_SK_PLAN ? sk_steps : (double)(tiles * ksteps)) / ctas;
-    const double segments = std::ceil(per_cta / (double)ksteps) + 1.0;
-    const double more_partials = std::ceil((double)ksteps / per_cta) - 1.0;
-    const double cost = per_cta + segments * FILL_STEPS + 4.0 + 3.0 * more_partials;
-    const double margin = NVFP4_SM90_SK_PLAN ? 0.935 : 0.95;
-    if (NVFP4_SM90_SK == 2 || cost < split_k_cost * margin) plan.sk_ctas = ctas, plan.steps = cost;
-  }
-  return plan;
-}
-
-/* Stream-K workspace: a partial tile per range (CTA), then a flag per range. */
-constexpr size_t sk_partial_bytes(int tm) { return (size_t)256 * tm * sizeof(float); }
-inline size_t sk_workspace_bytes(int ctas, int tm) {
-  return (size_t)ctas * (sk_partial_bytes(tm) + sizeof(unsigned long long));
-}
-
-/* Stream-K ranges of equal cost, not equal K steps. A K step of a 128-row
- * tile whose activation rows end early costs less: the producer skips the
- * padding rows and the consumers' wgmma is as narrow as the rows (N = 32 or
- * 64; stream-K takes no N = 96). Measured per step against a full tile (H100,
- * PERF.md session 27): <= 32 rows 0.82, <= 64 rows 0.90, fewer than 128
- * rows 0.98. Equal step counts then leave the CTAs of narrow tiles done early
- * while those of full tiles set the time (the 8-group 4096 x 7168 shape: 6
- * of its 11 row tiles are short). Costs in 1/50 of a full step;
- * NVFP4_SM90_SK_COST=0 (an experiment knob) deals equal steps. */
-#ifndef NVFP4_SM90_SK_COST
-#define NVFP4_SM90_SK_COST 1
-#endif
-inline int sk_step_cost(int64_t rows) { return rows <= 32 ? 41 : rows <= 64 ? 45 : rows < 128 ? 49 : 50; }
-
-/* The cost of a launch's 128-row tiles of ksteps each, in 1/50 steps;
- * `uniform` where every tile is full (or NVFP4_SM90_SK_COST=0). */
-struct SkCost {
-  int64_t cost;
-  bool uniform;
-};
-inline SkCost sk_cost(const MatmulTable &t, int ksteps) {
-  SkCost sc = {0, !NVFP4_SM90_SK_COST};
-  for (int g = 0; g < t.count; g++) {
-    const nvfp4_matmul &p = t.p[g];
-    const int64_t tiles_m = (p.m + 127) / 128;
-    if (!tiles_m) continue;
-    const int64_t periods = (t.tile_start[g + 1] - t.tile_start[g]) / tiles_m; /* column tiles x batches */
-    const int last = sk_step_cost(p.m - (tiles_m - 1) * 128);
-    sc.uniform = sc.uniform && last == 50;
-    sc.cost += periods * ((tiles_m - 1) * 50 + last) * ksteps;
-  }
-  if (sc.uniform) sc.cost = (int64_t)t.tile_start[t.count] * ksteps * 50;
-  return sc;
-}
-
-/* sk.start[0 .. ctas] for the tiles of `t` (128-row tiles, ksteps each, in
- * the kernel's order: problem, batch, column tile, row tile): range c's first
- * step is where the launch's cost reaches c / ctas of its total, rounded to a
- * step; every range keeps at least one step (an owner waits on the flag of
- * every range that starts inside its tile). */
-inline void sk_ranges(const MatmulTable &t, int64_t tiles, int ksteps, const SkCost &sc, StreamK &sk) {
-  const int ctas = sk.ctas;
-  const int64_t total = tiles * ksteps;
-  const int64_t cost = sc.cost;
-  if (sc.uniform) { /* equal steps: range c starts at c q + min(c, r) */
-    const int64_t q = total / ctas, r = total % ctas;
-    for (int c = 0; c <= ctas; c++) sk.start[c] = (int32_t)(c * q + std::min<int64_t>(c, r));
-    return;
-  }
-  int c = 1;
-  int64_t before = 0; /* the cost of the tiles before tile gt */
-  sk.start[0] = 0;
-  for (int g = 0; g < t.count; g++) {
-    const nvfp4_matmul &p = t.p[g];
-    const int64_t tiles_m = (p.m + 127) / 128;
-    for (int64_t gt = t.tile_start[g]; gt < t.tile_start[g + 1]; gt++) {
-      const int64_t mt = (gt - t.tile_start[g]) % tiles_m; /* row tile: the fastest index */
-      const int w = sk_step_cost(std::min<int64_t>(128, p.m - mt * 128));
-      for (; c < ctas && cost * c / ctas < before + w * ksteps; c++)
-        sk.start[c] = (int32_t)(gt * ksteps + (cost * c / ctas - before + w / 2) / w);
-      before += w * ksteps;
-    }
-  }
-  for (; c <= ctas; c++) sk.start[c] = (int32_t)total;
-  for (c = 1; c < ctas; c++) sk.start[c] = std::max(sk.start[c], sk.start[c - 1] + 1);
-  for (c = ctas - 1; c > 0; c--) sk.start[c] = std::min(sk.start[c], sk.start[c + 1] - 1);
 }
 
 template <bool DUAL, int TM, bool SK, bool PRE>
@@ -1074,135 +800,90 @@ cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaSt
   return cudaLaunchKernelEx(&cfg, act_predecode_kernel, t, pre);
 }
 
-/* NVFP4_PREDECODE in the environment (read once): 0 never pre-decodes, 1
- * wherever a workspace is given; unset, where the cost model below expects
- * it to pay. */
-inline int predecode_env() {
-  static const int v = [] {
-    const char *e = std::getenv("NVFP4_PREDECODE");
-    return e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : -1;
-  }();
-  return v;
-}
-
-/* The launch of the tile of TM activation rows over problems[0, count): its
- * table, tiles, plan and (TM = 128) whether it pre-decodes the activations. */
+/* Pre-decoded and stream-K where the plan says so and the caller gives the
+ * workspace; else split-K, the producer decoding. */
 template <int TM>
-struct TileLaunch {
-  static constexpr int64_t MAX_PRE_BYTES = (int64_t)1 << 30; /* fp16 tiles of one launch, at most */
-  MatmulTable t;
-  int64_t tiles = 0, ksteps = 0;
-  int32_t a16_blk[NVFP4_LAUNCH_GROUPS + 1] = {}; /* Predecoded::blk; a16_blk[count] = 0: no pre-pass */
-  bool dual;
-  Plan plan = {1, 0, 0.0};
-  SkCost sc = {0, true}; /* TM = 128 launches that may run stream-K (sk_cost) */
-  TileLaunch(const nvfp4_matmul *problems, int count, bool ws_ok) : dual(problems[0].b2.data != nullptr) {
-    const int64_t out_cols = dual ? TILE_R / 2 : TILE_R;
-    for (int g = 0; g < count; g++) {
-      const nvfp4_matmul &p = problems[g];
-      t.p[g] = p;
-      t.tile_start[g] = (int32_t)tiles;
-      tiles += ((p.m + TM - 1) / TM) * ((p.n + out_cols - 1) / out_cols) * p.batch;
-      if (p.m && p.n && p.batch && p.k / KSTEP > ksteps) ksteps = p.k / KSTEP;
-    }
-    t.tile_start[count] = (int32_t)tiles;
-    t.count = count;
-    if (tiles == 0 || tiles * MAX_SPLIT > INT32_MAX) return;
-    bool sk_ok = ws_ok;
-    for (int g = 0; g < count; g++) /* stream-K: every problem with tiles has the same K */
-      sk_ok = sk_ok && (!problems[g].m || !problems[g].n || !problems[g].batch || problems[g].k / KSTEP == ksteps);
-    int64_t blocks = 0; /* the fp16 tiles of problems with tiles, where a pre-pass may write them */
-    bool pre_ok = TM == 128 && ws_ok && predecode_env() != 0;
-    for (int g = 0; pre_ok && g < count; g++) {
-      const nvfp4_matmul &p = problems[g];
-      a16_blk[g] = (int32_t)blocks;
-      if (p.n) blocks += ((p.m + TM - 1) / TM) * p.batch * (p.k / KSTEP);
-      pre_ok = blocks * Layout<TM>::A16_BYTES <= MAX_PRE_BYTES;
-    }
-    const double pre_bytes = pre_ok ? (double)(blocks * Layout<TM>::A16_BYTES) : -1.0;
-    if (TM == 128 && sk_ok) sc = sk_cost(t, (int)ksteps);
-    const double sk_steps = TM == 128 && sk_ok ? (double)sc.cost / 50.0 : (double)(tiles * ksteps);
-    const DeviceInfo &dev = device_info();
-    plan = dual ? choose_plan<true, TM>(tiles, ksteps, sk_steps, pre_bytes, sk_ok, dev)
-                : choose_plan<false, TM>(tiles, ksteps, sk_steps, pre_bytes, sk_ok, dev);
-    if (!pre_ok) return;
-    const bool whole_tiles = plan.split == 1 && !plan.sk_ctas;
-    if (predecode_env() == 1 || (whole_tiles && predecode_pays(plan.steps, pre_bytes)))
-      a16_blk[count] = (int32_t)blocks;
+cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, cudaStream_t stream) {
+  const MatmulTable &t = L.t;
+  const int64_t tiles = L.tiles;
+  const bool dual = L.dual;
+  if (tiles == 0) return cudaSuccess;
+  if (tiles * MAX_SPLIT > INT32_MAX) return cudaErrorInvalidConfiguration;
+  void *ws = L.workspace() && ws_fn ? ws_fn(L.workspace(), ctx) : nullptr;
+  if (ws && !aligned(ws, 16)) ws = nullptr;
+  Predecoded pre = {};
+  StreamK sk = {};
+  if (ws && L.a16_bytes()) {
+    pre.a16 = static_cast<uint8_t *>(ws);
+    for (int g = 0; g <= t.count; g++) pre.blk[g] = L.a16_blk[g];
+    const cudaError_t e = launch_predecode(t, pre, stream);
+    if (e != cudaSuccess) return e;
   }
-  int64_t a16_bytes() const { return (int64_t)a16_blk[t.count] * Layout<TM>::A16_BYTES; }
-  size_t workspace() const { return (size_t)a16_bytes() + (plan.sk_ctas ? sk_workspace_bytes(plan.sk_ctas, TM) : 0); }
-  /* Pre-decoded and stream-K where the plan says so and the caller gives the
-   * workspace; else split-K, the producer decoding. */
-  cudaError_t launch(nvfp4_workspace_fn ws_fn, void *ctx, cudaStream_t stream) const {
-    if (tiles == 0) return cudaSuccess;
-    if (tiles * MAX_SPLIT > INT32_MAX) return cudaErrorInvalidConfiguration;
-    void *ws = workspace() && ws_fn ? ws_fn(workspace(), ctx) : nullptr;
-    if (ws && !aligned(ws, 16)) ws = nullptr;
-    Predecoded pre = {};
-    StreamK sk = {};
-    if (ws && a16_bytes()) {
-      pre.a16 = static_cast<uint8_t *>(ws);
-      for (int g = 0; g <= t.count; g++) pre.blk[g] = a16_blk[g];
-      const cudaError_t e = launch_predecode(t, pre, stream);
-      if (e != cudaSuccess) return e;
-    }
-    if (ws && plan.sk_ctas) {
-      uint8_t *base = static_cast<uint8_t *>(ws) + a16_bytes();
-      sk.ws = reinterpret_cast<float *>(base);
-      sk.flags = reinterpret_cast<unsigned long long *>(base + (size_t)plan.sk_ctas * sk_partial_bytes(TM));
-      sk.epoch = launch_epoch();
-      sk.ctas = plan.sk_ctas;
-      sk.ksteps = (int)ksteps;
-      sk_ranges(t, tiles, (int)ksteps, sc, sk);
-    }
-    const int64_t ctas = sk.ctas ? sk.ctas : tiles * plan.split;
-    const int split = sk.ctas ? 1 : plan.split;
-    if constexpr (TM == 128) {
-      if (sk.ctas)
-        return pre.a16 ? (dual ? launch_kernel<true, TM, true, true>(t, ctas, split, sk, pre, stream)
-                               : launch_kernel<false, TM, true, true>(t, ctas, split, sk, pre, stream))
-                       : (dual ? launch_kernel<true, TM, true, false>(t, ctas, split, sk, pre, stream)
-                               : launch_kernel<false, TM, true, false>(t, ctas, split, sk, pre, stream));
-      if (pre.a16)
-        return dual ? launch_kernel<true, TM, false, true>(t, ctas, split, sk, pre, stream)
-                    : launch_kernel<false, TM, false, true>(t, ctas, split, sk, pre, stream);
-    }
-    return dual ? launch_kernel<true, TM, false, false>(t, ctas, split, sk, pre, stream)
-                : launch_kernel<false, TM, false, false>(t, ctas, split, sk, pre, stream);
+  if (ws && L.cover.sk_ctas) {
+    uint8_t *base = static_cast<uint8_t *>(ws) + L.a16_bytes();
+    sk.ws = reinterpret_cast<float *>(base);
+    sk.flags = reinterpret_cast<unsigned long long *>(base + (size_t)L.cover.sk_ctas * sk_partial_bytes(TM));
+    sk.epoch = launch_epoch();
+    sk.ctas = L.cover.sk_ctas;
+    sk.ksteps = (int)L.ksteps;
+    sk_ranges(L, sk);
   }
-};
-
-/* The activation tile: the smallest of 32, 64, 128 rows that holds the
- * largest M (small M: a decode step's batch). */
-int64_t tile_rows(const nvfp4_matmul *problems, int count) {
-  int64_t max_m = 0;
-  for (int g = 0; g < count; g++) max_m = problems[g].m > max_m ? problems[g].m : max_m;
-  return max_m <= 32 ? 32 : max_m <= 64 ? 64 : 128;
+  const int64_t ctas = sk.ctas ? sk.ctas : tiles * L.cover.split;
+  const int split = sk.ctas ? 1 : L.cover.split;
+  if constexpr (TM == 128) {
+    if (sk.ctas)
+      return pre.a16 ? (dual ? launch_kernel<true, TM, true, true>(t, ctas, split, sk, pre, stream)
+                             : launch_kernel<false, TM, true, true>(t, ctas, split, sk, pre, stream))
+                     : (dual ? launch_kernel<true, TM, true, false>(t, ctas, split, sk, pre, stream)
+                             : launch_kernel<false, TM, true, false>(t, ctas, split, sk, pre, stream));
+    if (pre.a16)
+      return dual ? launch_kernel<true, TM, false, true>(t, ctas, split, sk, pre, stream)
+                  : launch_kernel<false, TM, false, true>(t, ctas, split, sk, pre, stream);
+  }
+  return dual ? launch_kernel<true, TM, false, false>(t, ctas, split, sk, pre, stream)
+              : launch_kernel<false, TM, false, false>(t, ctas, split, sk, pre, stream);
 }
 
 }  // namespace
+
+int sm90::max_clusters(bool dual, int tm, int split, const DeviceInfo &dev) {
+  switch (tm) {
+    case 32: return dual ? max_clusters_of<true, 32>(split, dev) : max_clusters_of<false, 32>(split, dev);
+    case 64: return dual ? max_clusters_of<true, 64>(split, dev) : max_clusters_of<false, 64>(split, dev);
+    default: return dual ? max_clusters_of<true, 128>(split, dev) : max_clusters_of<false, 128>(split, dev);
+  }
+}
 
 NVFP4_TRACE_ATTACH(sm90)
 
 /* Hopper (9.0) running this build's sm_90a code (else the kernel's body is
  * empty); K a multiple of 64; data 16-byte and scales 4-byte aligned, so
  * every copy is one cp.async. */
-bool matmul_sm90_supported(const nvfp4_matmul &p) {
-  const DeviceInfo &dev = device_info();
+bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (dev.major != 9 || dev.minor != 0 || !dev.sm90_code) return false;
   if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
   return cp_async_ok(p.a) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
- * matmul_sm90_supported. One launch; empty problems get no tiles. `ws` (may be
- * nullptr) is asked for the workspace where the plan is stream-K. */
-cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
-                               cudaStream_t stream) {
-  switch (tile_rows(problems, count)) {
-    case 32: return TileLaunch<32>(problems, count, false).launch(nullptr, nullptr, stream);
-    case 64: return TileLaunch<64>(problems, count, false).launch(nullptr, nullptr, stream);
-    default: return TileLaunch<128>(problems, count, ws != nullptr).launch(ws, ctx, stream);
+ * matmul_sm90_can_run. One launch (two with the pre-pass); empty problems get
+ * no tiles. `ws` (may be nullptr) is asked for the workspace where the plan
+ * pre-decodes or runs stream-K. */
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int predecode, nvfp4_workspace_fn ws,
+                               void *ctx, cudaStream_t stream) {
+  const Launch L = plan_launch(problems, count, ws != nullptr, predecode);
+  switch (L.tm) {
+    case 32: return launch_tiles<32>(L, nullptr, nullptr, stream);
+    case 64: return launch_tiles<64>(L, nullptr, nullptr, stream);
+    default: return launch_tiles<128>(L, ws, ctx, stream);
   }
+}
+
+void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int predecode, bool workspace, char *what,
+                          size_t len) {
+  const Launch L = plan_launch(problems, count, workspace, predecode);
+  char split[48] = "";
+  if (L.cover.sk_ctas) std::snprintf(split, sizeof split, ", stream-K over %d CTAs", L.cover.sk_ctas);
+  else if (L.cover.split > 1) std::snprintf(split, sizeof split, ", split-K %d", L.cover.split);
+  std::snprintf(what, len, "%d-row tiles%s%s", L.tm, split, L.a16_bytes() ? ", activations pre-decoded" : "");
 }

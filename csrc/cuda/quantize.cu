@@ -6,8 +6,8 @@
  * the scale grid (32 where the input is small), the blocked layout's padding
  * included (written as 0), each lane four of them, 32 apart; per column its
  * 16 values from global memory into registers (two or four 16-byte loads
- * where rows are 16-byte aligned), nvfp4_quantize_block (numerics.h: the
- * definition every quantize kernel shares), one 8-byte store of the codes and
+ * where rows are 16-byte aligned), nvfp4_quantize_block_device (numerics.cuh:
+ * the bytes of numerics.h's definition), one 8-byte store of the codes and
  * one byte of scale. Each load instruction of a warp reads 32 consecutive
  * blocks, 1 KB of 16-bit input; each store writes 256 contiguous bytes of
  * codes.
@@ -16,7 +16,7 @@
  * value of 16-bit input (a 128 x 7168 bf16 activation: 2.4 MB, ~0.8 us on an
  * H100, so a single call is launch-bound). Per value the block costs a
  * product, a binary search over the block's rounding boundaries as three
- * saturated fused multiply-adds and the packing as three more (numerics.h:
+ * saturated fused multiply-adds and the packing as three more (numerics.cuh:
  * as compares and selects the search bound the kernel by the ALU pipe at
  * 0.65-0.72 of copy, H100), one prmt or mask for the sign, one max for the
  * amax and, from 16-bit input, one conversion; per block one division and,
@@ -25,7 +25,7 @@
  * 4 blocks a lane), where an H200's copy rate leaves an SM's four issue
  * slots a clock ~18 per 16-bit value: there the instructions, not DRAM,
  * bound the kernel (bf16 0.70 of copy; 11-13% faster for 8% fewer
- * instructions, docs/PERF.md session 47).
+ * instructions).
  */
 #include <cuda_bf16.h>
 
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
       float x[16];
       load16<T, VEC>(x_row + (int64_t)kb * 16, x);
       uint8_t codes[8];
-      *sf = (uint8_t)nvfp4_quantize_block(x, g, codes);
+      *sf = (uint8_t)nvfp4_quantize_block_device(x, g, codes);
       uint2 packed;
       memcpy(&packed, codes, 8);
       *reinterpret_cast<uint2 *>(data_row + (int64_t)kb * 8) = packed;

@@ -1,29 +1,23 @@
 /*
- * skinny.cu - gemm of few activation rows (M <= 16: a decode step's batch) on
- * mma.sync (sm_80+): C[l, m, n] = alpha * sum_k A[l, m, k] * B[l, n, k].
- * Taken for M = 5..16 on GPUs without the wgmma path, on Hopper where it
- * measured faster than it (K >= 8192 and M = 5..8, or M = 9..16 with large
- * weights; skinny_supported).
+ * skinny.cu - gemm of few activation rows (M = 2..16: a decode step's batch)
+ * on mma.sync (sm_80+): C[l, m, n] = alpha * sum_k A[l, m, k] * B[l, n, k].
+ * plan.cu sends it M = 5..16 where it measured fastest.
  *
  * Speed of light: streaming the weights B once. M = 8, 7168 x 16384: 66 MB,
  * 21.8 us at 3.03 TB/s (H100), against 1.9 GFLOP (2.5 us of tensor time).
  * The wgmma kernel's 32-row tile (matmul_sm90.cu) runs such shapes at ~0.35
  * of that: its producer / consumer step, not the decode, sets their pace
- * (~0.5 us per 256 x 64 step with both decodes removed; PERF.md, sessions 4
- * and 18). So here the warps share nothing but the epilogue: as in the GEMV
- * (gemv.cu) every thread copies exactly the bytes its warp reads into a ring
- * of its warp, and decodes its own fragments; no producer, no mbarriers.
+ * (~0.5 us per 256 x 64 step with both decodes removed). So here the warps
+ * share nothing but the epilogue: as in the GEMV (gemv.cuh) every thread
+ * copies exactly the bytes its warp reads into a ring of its warp, and
+ * decodes its own fragments; no producer, no mbarriers.
  * Budget: at 3.03 TB/s an SM must take ~26 codes per clock; a warp spends
  * ~1200 instructions per item below (64 rows x 256 codes, M <= 8), ~14 codes
- * per instruction, so ~1.9 of the 4 issue slots per clock (the GEMV of one
- * vector needs ~2.5 on an H200 and reaches 0.87 of SOL).
- * Measured (H100, M = 8, 7168 x 16384): 38.5-39.5 us, 0.55-0.57 of SOL. A
- * plain read of the same pattern, scales included, takes ~27 us
- * (tools/bulk_read.cu piece64x128). Probe builds without each part: the math
- * ~4 us, the split blocks' fence, tickets and partials ~3 us; the rest
- * (~5 us: activation rows, barriers, the sums) not split further. The 4-byte
- * scale copies cost their bytes only (8-byte copies of two rows' words: no
- * change). PERF.md session 26.
+ * per instruction, so ~1.9 of the 4 issue slots per clock.
+ * Measured (H100, M = 8, 7168 x 16384): 0.55-0.57 of the speed of light,
+ * where a plain read of the same pattern, scales included, reaches ~0.8. Of
+ * the rest, the math ~4 us, the split blocks' fence, tickets and partials
+ * ~3 us, activation rows, barriers and sums ~5 us.
  *
  * Dataflow. An item is 64 weight rows (a row block) x 256 K values; a launch
  * has L x ceil(N / 64) row blocks of K / 256 items each. CTA c of C takes an
@@ -31,7 +25,7 @@
  * block's), its 4 warps each an equal contiguous quarter of that.
  *   gmem B, A rows and scales --cp.async, a 2-slot ring per warp--> smem
  *   per 64 K values: a thread's 16 codes of 8 weight rows and of its
- *     activation row(s) -> fp16 fragments (numerics.h: the decoder and K order
+ *     activation row(s) -> fp16 fragments (numerics.cuh: the decoder and K order
  *     of the wgmma kernel) -> mma.m16n8k16 into fp32 accumulators
  *   a block whole in one warp: fp16 out from its fragments as the warp
  *     leaves it; a warp's first block (begun before it) held in shared
@@ -44,8 +38,7 @@
  *     Deterministic; no memset. Nothing waits inside the loop: a barrier
  *     per block's segment (warps dealt a quarter of each block, so unequal
  *     shares where blocks end) cost up to 5%, a fence and a ticket there
- *     ~4% at M = 8, the partials loaded one at a time ~5% (PERF.md
- *     session 26).
+ *     ~4% at M = 8, the partials loaded one at a time ~5%.
  *
  * Thread (g, t) of a warp (g = lane / 4, t = lane % 4) holds weight rows
  * 16 j + g and 16 j + g + 8 of the block (m16 tiles j = 0..3: the mma's A,
@@ -64,17 +57,14 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "common.cuh"
+#include "kernels.h"
 
 namespace {
 
 constexpr int THREADS = 128, WARPS = THREADS / 32;
 constexpr int ROWS = 64;   /* weight rows of a block: 4 m16 tiles per warp */
 constexpr int KITEM = 256; /* K values of an item: 128 bytes of a row      */
-#ifndef NVFP4_SKINNY_STAGES /* experiment knob: the ring's slots */
-#define NVFP4_SKINNY_STAGES 2
-#endif
-constexpr int STAGES = NVFP4_SKINNY_STAGES;
+constexpr int STAGES = 2; /* the ring's slots */
 static_assert(STAGES >= 2, "a slot in flight while one is read");
 
 /* Shared memory of NT n8 tiles: per warp and slot [2 * RT chunks][32 lanes]
@@ -451,40 +441,13 @@ cudaError_t launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws_fn, void *ctx, c
   return cudaLaunchKernelEx(&cfg, skinny_kernel<NT>, p, pl);
 }
 
-/* NVFP4_SKINNY in the environment (read once): 0 never; 1 wherever it can
- * run (M = 2..16; the tests' second pass); unset, where it measured faster
- * (below). */
-int skinny_env() {
-  static const int v = env_flag("NVFP4_SKINNY");
-  return v;
-}
-
 }  // namespace
 
-/* Whether NVFP4_SKINNY=1 forces the kernel wherever it can run (dispatch.cu then tries it first). */
-bool skinny_forced() { return skinny_env() > 0; }
-
-/* sm_80+; not dual; K a multiple of 256; data 16-byte and scales 4-byte
- * aligned (every copy one cp.async); the items of a launch countable in 32
- * bits. Which M: on Hopper, with K >= 8192, M = 5..8, and M = 9..16 where the
- * weights hold at least 2^26 values (L N K): there it measured 5-15% faster
- * than the wgmma kernel's 32-row tile (H100, PERF.md session 26; slower with
- * shorter K, and at M > 8 with fewer items per CTA; the GEMV of M vectors is
- * as fast or faster for M <= 4); on other GPUs 5..16 (the rule predates
- * matmul_mma.cu, which takes M > 16 there; the two are not compared at M <=
- * 16). NVFP4_SKINNY=1: M = 2..16 everywhere. */
-bool skinny_supported(const nvfp4_matmul &p) {
-  const DeviceInfo &dev = device_info();
-  const int env = skinny_env();
-  if (dev.major < 8 || p.b2.data || !env || p.m > 16 || p.m < 2) return false;
-  if (env < 0) {
-    if (dev.major == 9 && dev.minor == 0) {
-      const bool big = (double)p.batch * p.n * p.k >= (double)(1ll << 26);
-      if (p.m < 5 || p.k < 8192 || (p.m > 8 && !big)) return false;
-    } else if (p.m < 5) {
-      return false;
-    }
-  }
+/* sm_80+; not dual; M = 2..16; K a multiple of 256; data 16-byte and scales
+ * 4-byte aligned (every copy one cp.async); the items of a launch countable
+ * in 32 bits. */
+bool skinny_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  if (dev.major < 8 || p.b2.data || p.m > 16 || p.m < 2) return false;
   if (p.k % KITEM || p.batch * ((p.n + ROWS - 1) / ROWS) * (p.k / KITEM) > INT32_MAX / 2) return false;
   return cp_async_ok(p.a) && cp_async_ok(p.b);
 }

@@ -1,0 +1,23 @@
+/*
+ * gemv_mma.cu - the integer-mma GEMV's entries (kernels.h) and its launches
+ * for linear activation scales; the kernel is gemv_mma.cuh.
+ */
+#include "gemv_mma.cuh"
+
+NVFP4_TRACE_ATTACH(gemv_mma)
+
+/* gemv_streams, 2 to 8 vectors, K % 128 == 0, the one-step build's shared memory. */
+bool gemv_mma_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  return gemv_streams(p) && p.n >= 2 && p.n <= GEMV_MMA_MAX_NV && p.k % 128 == 0 && mma_smem_fits<1>(p, dev);
+}
+
+int64_t gemv_mma_share_steps(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  const int64_t sets = p.b2.data ? Mma<NVFP4_SF_LINEAR, 4, true, 1>::sets(p.m) : Mma<NVFP4_SF_LINEAR, 4, false, 1>::sets(p.m);
+  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(dev.sms / std::max<int64_t>(p.batch, 1), sets));
+  return (sets + ctas - 1) / ctas * (p.k / 128);
+}
+
+cudaError_t gemv_mma_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_vectors<NVFP4_SF_LINEAR>(p, c_vec_stride, stream)
+                                          : gemv_mma_launch_blocked(p, c_vec_stride, stream);
+}

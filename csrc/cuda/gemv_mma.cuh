@@ -1,0 +1,421 @@
+/*
+ * gemv_mma.cuh - GEMV of 2 to 8 vectors on integer mma.sync (sm_80+): the
+ * gemm or dual of M <= 8 activation rows with the roles swapped, or of N <= 8
+ * weight rows (plan.cu); the shared dataflow and speed of light in gemv.cuh.
+ *
+ * The dp4a loop (gemv_dp4a.cu) spends 8 dp4a, 2 subtractions, 2 scale
+ * products and 2 FMA per 32 codes and vector on top of the decode, and from
+ * two vectors on is issue-bound below the DRAM rate. Here mma.sync m16n8k32
+ * (u8 x s8, int32 sums) does the products of up to 8 vectors, and a scale
+ * block costs 3 instructions per row and vector: ~1.8 instructions per code
+ * at NV <= 2 (~56 decode + 8 mma + 4 loads of B + 24 scaling + ~25 copies
+ * and loop per 64 codes of a lane) against dp4a's ~9.4 at NV = 4.
+ *
+ * A warp takes a set of 16 rows (dual: 8 rows of A and the same 8 of A2),
+ * a step is 128 codes of each. Lane (g, t) (g = lane / 4, t = lane % 4)
+ * copies chunk t (codes 32t..32t+31, scale blocks 2t, 2t + 1) of rows g and
+ * g + 8: a quad's copy covers 64 contiguous bytes of a row. Word j of the
+ * chunk (8 codes) is split by sign (nvfp4_e2m1x8_split: u8 magnitudes) into
+ * the mma's A fragment: rows g / g + 8, k 4t..4t+3 and 16+4t..16+4t+3 hold
+ * exactly this lane's 8 codes. So the 32 k of one mma are four chunks' word
+ * j, one per lane of the quad. Column n = 2s + v' of n8 tile u reads, in B,
+ * vector 2u + v' at the k of lane s only (zero elsewhere): D's columns 2t,
+ * 2t + 1, held by lane t, are then sums over lane t's own codes, whose
+ * scales it copied. Two mma per word and tile (positive and negative codes,
+ * the same B), both starting from 0x4B400000, so that after the block's two
+ * words float(pos) - float(neg) is the exact block sum (|sum| < 2^22), times
+ * sa * sb / 4 into an fp32 accumulator per row and vector.
+ *
+ *   gmem rows + scales --cp.async, per-thread STAGES-deep ring--> smem
+ *   gmem vectors --once per CTA--> smem int8 2b planes (natural K order;
+ *     a lane reads 8 bytes of one per word and tile, or a zero block) and
+ *     scales / 4 per (block pair, vector)
+ *   per word: 2 splits (7 instructions each), 2 U mma; per block and tile: 4
+ *     x (subtract, scale product, FMA)
+ *   set done: shuffles over the quad -> alpha -> fp16 (dual: silu(A b) *
+ *     (A2 b)); split sets: partials to shared memory, summed in warp order.
+ *
+ * CPL = 2 (long warp shares, mma_cpl): an item is two steps, a lane's four
+ * chunk copies back to back, so each row's 128-byte line is asked for at once
+ * rather than in halves one item apart: up to 18% faster there. The copies
+ * set the time: alone (no math) they read at 0.64-0.83 of the speed of light
+ * on long shares, within ~10% of the whole kernel; the math alone runs at
+ * 0.75-1.1. One vector is not built: its stream reached ~0.6 of the speed of
+ * light where dp4a's reaches 0.86.
+ *
+ * Runs (gemv_mma_can_run): gemv_streams (gemv.cuh), K % 128 == 0, the vectors
+ * (NV x K x 1.25 bytes) and rings in shared memory.
+ */
+#pragma once
+#include "gemv.cuh"
+#include "kernels.h"
+
+namespace {
+
+constexpr int GEMV_MMA_MAX_NV = 8;
+
+template <int NV, int CPL>
+struct MmaCfg {
+  static_assert(NV >= 1 && NV <= GEMV_MMA_MAX_NV, "1 to 8 vectors");
+  static_assert(CPL == 1 || CPL == 2, "steps per item");
+  static constexpr int U = (NV + 1) / 2;  // n8 tiles: vectors 2u and 2u + 1
+  static constexpr int THREADS = NV == 1 || NV > 4 ? 256 : 512, WARPS = THREADS / 32;
+  static constexpr int STAGES = CPL == 2 ? 3 : 4;  // (3 x 2 steps: 4 x 16384 fits)
+  static constexpr int MIN_CTAS = NV > 4 ? 1 : 512 / THREADS;  // launch bounds: <= 128 registers up to 4 vectors
+};
+
+/* Shared-memory plan of one CTA of NV vectors (bytes). */
+template <int NV, int CPL>
+struct MmaSmem {
+  static constexpr int64_t U = MmaCfg<NV, CPL>::U, THREADS = MmaCfg<NV, CPL>::THREADS, STAGES = MmaCfg<NV, CPL>::STAGES;
+  int64_t plane, b8, sb, zero, table, ring_a, ring_s, part, total;
+  __host__ __device__ explicit MmaSmem(int64_t k) {
+    plane = k + 16;                           // one vector's int8 2b; +16: the next vector 4 banks on
+    b8 = 0;                                   // [NV][plane]
+    sb = (NV * plane + 15) / 16 * 16;         // b's scales / 4: [k / 32 block pairs][2 blocks][2U vectors] floats
+    zero = sb + (k / 32) * 2 * 2 * U * 4 + 8; // 32 zero bytes at banks 2 mod 4 (apart from the planes' reads)
+    table = zero + 40;                        // the split's table, 4 copies
+    ring_a = table + 16;                      // [STAGES][CPL steps][2 rows][THREADS] 16-byte chunks
+    ring_s = ring_a + STAGES * CPL * 2 * THREADS * 16;  // [STAGES][CPL steps][2 rows][THREADS] scale words
+    part = ring_s + STAGES * CPL * 2 * THREADS * 4;     // split sets: [warp][16 rows][NV] floats
+    total = part + (THREADS / 32) * 16 * NV * 4;
+  }
+};
+
+/* The vector of chunk f = j * chunks + c of NV vectors: j = f / chunks, by
+ * NV - 1 compares rather than an integer division (~25 instructions). */
+template <int NV>
+__device__ __forceinline__ int vector_of(int f, int chunks) {
+  int j = 0;
+#pragma unroll
+  for (int v = 1; v < NV; v++) j += f >= v * chunks ? 1 : 0;
+  return j;
+}
+
+/* A thread's chunks of the vectors (f = tid, tid + THREADS, ... < total; the
+ * chunks of all vectors numbered f = j * chunks + c) in batches of BATCH,
+ * every load of a batch issued before the first use of any: first() loads
+ * the first batch (call it before the ring's copies are issued, so that these
+ * loads do not queue behind them), rest() calls store(f, chunk) for every
+ * chunk, loading each later batch when the one before is stored. One chunk's
+ * loads, decode and stores after another cost ~4 us at K = 16384, each a
+ * round trip behind the ring's copies. The later batches have one store in
+ * the code: the chunk stored is always b[0], the others move down. */
+template <int BATCH, int THREADS>
+struct VectorBatches {
+  BChunk b[BATCH] = {};
+  template <class Load>
+  __device__ __forceinline__ void first(int tid, int total, Load &&load) {
+#pragma unroll
+    for (int i = 0; i < BATCH; i++)
+      if (tid + i * THREADS < total) b[i] = load(tid + i * THREADS);
+  }
+  template <class Load, class Store>
+  __device__ __forceinline__ void rest(int tid, int total, Load &&load, Store &&store) {
+#pragma unroll
+    for (int i = 0; i < BATCH; i++)
+      if (tid + i * THREADS < total) store(tid + i * THREADS, b[i]);
+    int left = 0;  // chunks of the current batch not yet stored
+#pragma unroll 1
+    for (int f = tid + BATCH * THREADS; f < total; f += THREADS) {
+      if (left == 0) {
+#pragma unroll
+        for (int i = 0; i < BATCH; i++)
+          if (f + i * THREADS < total) b[i] = load(f + i * THREADS);
+        left = BATCH;
+      }
+      store(f, b[0]);
+#pragma unroll
+      for (int i = 0; i + 1 < BATCH; i++) b[i] = b[i + 1];
+      left--;
+    }
+  }
+};
+
+template <int SFA_LAYOUT, int NV, bool DUAL, bool SPLIT, int CPL>
+__global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN_CTAS)
+    gemv_mma_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
+  constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = THREADS / 32, STAGES = MmaCfg<NV, CPL>::STAGES;
+  constexpr int U = MmaCfg<NV, CPL>::U;
+  constexpr int32_t BIAS = 0x4B400000;  // the float 12582912 = 1.5 * 2^23
+  extern __shared__ __align__(16) uint8_t smem[];
+  const MmaSmem<NV, CPL> plan(p.k);
+  float *const part = reinterpret_cast<float *>(smem + plan.part);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int64_t l = l_base + blockIdx.y;
+  // sets dealt as GemvDeal says; split: this warp's segment of its set
+  const int split = SPLIT ? deal.split : 1, seg = SPLIT ? warp % split : 0;
+  const int k_blocks = (int)(p.k / 16), steps = SPLIT ? deal.seg_steps : (int)(p.k / (128 * CPL));  // items
+  const int set_first = SPLIT ? (int)blockIdx.x * (WARPS / split) + warp / split : warp * (int)gridDim.x + (int)blockIdx.x;
+  const int row_sets = SPLIT ? (warp < WARPS / split * split && set_first < deal.sets ? 1 : 0)
+                             : deal.row_sets + (set_first < deal.extra ? 1 : 0);
+  const int items = row_sets * steps;
+  const int seg_step = CPL * seg * steps;  // the segment's first step of the row (split sets)
+  // Row h (0: rows g, 1: g + 8; dual: row g of A, then of A2) of set s.
+  auto set_row = [&](int s, int h) { return DUAL ? (int64_t)s * 8 + g : (int64_t)s * 16 + g + 8 * h; };
+  pdl_wait();  // common.cuh: nothing global is touched before this
+
+  // Producer: this thread's next (set, step) to copy, both rows.
+  const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 8);
+  int p_step = 0, p_set = set_first;
+  const uint8_t *p_a[2], *p_sf[2];
+  auto rebase = [&]() {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const nvfp4_operand &op = DUAL && h ? p.b2 : p.a;
+      const int64_t row = min(set_row(p_set, h), p.m - 1);  // rows past the end are read but not stored
+      p_a[h] = op.data + l * op.batch_stride + row * op.row_stride + 64 * seg_step + 16 * t;
+      p_sf[h] = op.sf + l * op.sf_batch_stride +
+                nvfp4_sf_offset(SFA_LAYOUT, op.sf_row_stride, k_blocks, row, 8 * seg_step + 4 * (t >> 1));
+    }
+  };
+  rebase();
+  uint32_t a_dst = smem_addr(smem + plan.ring_a + tid * 16), s_dst = smem_addr(smem + plan.ring_s + tid * 4);
+  asm("" : "+r"(a_dst), "+r"(s_dst));  // kept in registers: ptxas otherwise redoes the conversion per copy
+  auto issue = [&](int stage) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+      for (int c = 0; c < CPL; c++) {  // a row's steps one after another: whole 128-byte lines with CPL = 2
+        cp_async_16(a_dst + ((stage * CPL + c) * 2 + h) * THREADS * 16, p_a[h] + 64 * c);
+        cp_async_4(s_dst + ((stage * CPL + c) * 2 + h) * THREADS * 4, p_sf[h] + c * sf_step);
+      }
+      p_a[h] += 64 * CPL, p_sf[h] += CPL * sf_step;
+    }
+    if (++p_step == steps) {
+      p_step = 0;
+      p_set += deal.set_stride;
+      rebase();
+    }
+  };
+
+  // The vectors: a thread's chunks in batches (VectorBatches), the first
+  // before the ring's copies.
+  const int chunks = (int)(p.k / 32);
+  const uint8_t *b_batch = p.b.data + l * p.b.batch_stride;
+  const uint8_t *sfb_batch = p.b.sf + l * p.b.sf_batch_stride;
+  auto load_b = [&](int f) {
+    const int j = vector_of<NV>(f, chunks);
+    return load_b_chunk(p.b, b_batch, sfb_batch, k_blocks, j, f - j * chunks);
+  };
+  VectorBatches<4, THREADS> vectors;
+  vectors.first(tid, NV * chunks, load_b);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < items) issue(s);
+    cp_async_commit();
+  }
+  {  // the vectors into shared memory, while the first stages are in flight
+    float *sbw = reinterpret_cast<float *>(smem + plan.sb);
+    auto store_b = [&](int f, const BChunk &b) {
+      const int j = vector_of<NV>(f, chunks), c = f - j * chunks;
+      uint4 lo, hi;  // int8 2b of codes 0..15 and 16..31 of the chunk, in order
+      nvfp4_e2m1x8_to_s8x8(b.v.x, lo.x, lo.y);
+      nvfp4_e2m1x8_to_s8x8(b.v.y, lo.z, lo.w);
+      nvfp4_e2m1x8_to_s8x8(b.v.z, hi.x, hi.y);
+      nvfp4_e2m1x8_to_s8x8(b.v.w, hi.z, hi.w);
+      uint4 *dst = reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 32 * c);
+      dst[0] = lo, dst[1] = hi;
+      sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s0);
+      sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s1);
+    };
+    vectors.rest(tid, NV * chunks, load_b, store_b);
+    if (NV % 2)  // the odd vector count's last column: scales 0 (its B reads the zero block)
+      for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + NV] = sbw[c * 4 * U + 2 * U + NV] = 0.f;
+    if (tid < 8) reinterpret_cast<uint32_t *>(smem + plan.zero)[tid] = 0u;
+    if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
+  }
+  __syncthreads();
+
+  // A lane-dependent read: a uniform value would be copied out before every prmt (numerics.cuh).
+  const uint32_t mag = reinterpret_cast<volatile uint32_t *>(smem + plan.table)[lane & 3];
+  // B of tile u: vector 2u + (g & 1) at chunk t where t == g / 2, else the zero block.
+  uint32_t b_base[U], b_inc[U], b_ptr[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int v = 2 * u + (g & 1);
+    const bool on = (g >> 1) == t && v < NV;
+    b_base[u] = smem_addr(smem + (on ? plan.b8 + v * plan.plane + 32 * t : plan.zero));
+    b_inc[u] = on ? 128u : 0u;
+    b_ptr[u] = b_base[u] + seg_step * b_inc[u];
+  }
+  const float *const sb_seg = reinterpret_cast<const float *>(smem + plan.sb) + 4 * U * (t + 4 * seg_step);
+  const float *sb_step = sb_seg;
+  const float alpha = problem_alpha(p);
+  uint16_t *c_batch = p.c + l * p.c_batch_stride;
+  const uint32_t ring_a = smem_addr(smem + plan.ring_a + tid * 16), ring_s = smem_addr(smem + plan.ring_s + tid * 4);
+  float acc[2][NV] = {};
+  int step = 0, set = set_first;
+  auto item = [&](int it, int stage) {
+    cp_async_wait<STAGES - 2>();  // this thread's copies of item `it` have landed
+#pragma unroll
+    for (int c = 0; c < CPL; c++) {  // the item's steps
+      const int slot = stage * CPL + c;
+      const uint4 x0 = ld_shared_u4(ring_a + (slot * 2) * THREADS * 16);
+      const uint4 x1 = ld_shared_u4(ring_a + (slot * 2 + 1) * THREADS * 16);
+      const uint32_t w0 = ld_shared_u32(ring_s + (slot * 2) * THREADS * 4) >> (16 * (t & 1));
+      const uint32_t w1 = ld_shared_u32(ring_s + (slot * 2 + 1) * THREADS * 4) >> (16 * (t & 1));
+      const float2 sa0 = nvfp4_e4m3x2_to_float2(w0 & 0xFFFFu), sa1 = nvfp4_e4m3x2_to_float2(w1 & 0xFFFFu);
+      float sbl[4 * U];  // [block][2U vectors] of this lane's two blocks
+#pragma unroll
+      for (int q = 0; q < U; q++) reinterpret_cast<float4 *>(sbl)[q] = reinterpret_cast<const float4 *>(sb_step)[q];
+      const uint32_t xa[2][4] = {{x0.x, x0.y, x0.z, x0.w}, {x1.x, x1.y, x1.z, x1.w}};
+#pragma unroll
+      for (int blk = 0; blk < 2; blk++) {
+        int dp[U][4], dn[U][4];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) dp[u][e] = dn[u][e] = BIAS;
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++) {
+          const int j = 2 * blk + jj;
+          uint32_t pa[4], na[4];
+          nvfp4_e2m1x8_split(xa[0][j], pa[0], pa[2], na[0], na[2], mag);
+          nvfp4_e2m1x8_split(xa[1][j], pa[1], pa[3], na[1], na[3], mag);
+#pragma unroll
+          for (int u = 0; u < U; u++) {
+            const uint2 b = ld_shared_u2(b_ptr[u] + 8 * j);
+            mma_16832_u8s8(dp[u], pa, b.x, b.y);
+            mma_16832_u8s8(dn[u], na, b.x, b.y);
+          }
+        }
+        const float sa[2] = {blk ? sa0.y : sa0.x, blk ? sa1.y : sa1.x};
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int h = e >> 1, v = 2 * u + (e & 1);
+            if (v < NV)
+              acc[h][v] = fmaf(__int_as_float(dp[u][e]) - __int_as_float(dn[u][e]), sa[h] * sbl[blk * 2 * U + v],
+                               acc[h][v]);
+          }
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) b_ptr[u] += b_inc[u];
+      sb_step += 16 * U;
+    }
+    // Refill (item it + STAGES - 1 goes to the stage just before this one).
+    if (it + STAGES - 1 < items) issue(stage == 0 ? STAGES - 1 : stage - 1);
+    cp_async_commit();
+    if (++step == steps) {  // set done: the quad's sums of each row and vector
+      step = 0;
+#pragma unroll
+      for (int u = 0; u < U; u++) b_ptr[u] = b_base[u] + seg_step * b_inc[u];
+      sb_step = sb_seg;
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+          acc[h][v] += __shfl_xor_sync(0xffffffffu, acc[h][v], 1);
+          acc[h][v] += __shfl_xor_sync(0xffffffffu, acc[h][v], 2);
+        }
+#pragma unroll
+      for (int v = 0; v < NV; v++) {
+        if (t != v % 4) continue;  // lane v % 4 of the quad stores vector v
+        if constexpr (SPLIT) {
+          part[(warp * 16 + g) * NV + v] = acc[0][v];
+          part[(warp * 16 + g + 8) * NV + v] = acc[1][v];
+        } else if constexpr (DUAL) {
+          const int64_t row = set_row(set, 0);
+          if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, silu(acc[0][v]) * acc[1][v]);
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const int64_t row = set_row(set, h);
+            if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, acc[h][v] * alpha);
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < NV; v++) acc[h][v] = 0.f;
+      set += deal.set_stride;
+    }
+  };
+  for_each_item<STAGES>(items, item);
+  pdl_launch_dependents();
+  if (SPLIT) {  // split sets: each row's segment sums in segment order
+    __syncthreads();
+    const int sets_here = WARPS / split;
+    for (int i = tid; i < sets_here * (DUAL ? 8 : 16) * NV; i += THREADS) {
+      const int grp = i / ((DUAL ? 8 : 16) * NV), r = i / NV % (DUAL ? 8 : 16), v = i % NV;
+      const int set_g = (int)blockIdx.x * sets_here + grp;
+      if (set_g >= deal.sets) continue;
+      float sum = 0.f, up = 0.f;
+      for (int s2 = 0; s2 < split; s2++) {
+        sum += part[((grp * split + s2) * 16 + r) * NV + v];
+        if (DUAL) up += part[((grp * split + s2) * 16 + r + 8) * NV + v];
+      }
+      const int64_t row = DUAL ? (int64_t)set_g * 8 + r : (int64_t)set_g * 16 + r;
+      if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, DUAL ? silu(sum) * up : sum * alpha);
+    }
+  }
+}
+
+/* The kernel as gemv_launch sees it (gemv.cuh). */
+template <int SFA, int NV, bool DUAL, int CPL>
+struct Mma {
+  static constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = MmaCfg<NV, CPL>::WARPS, VECTORS = NV;
+  static constexpr bool CAN_SPLIT = true;
+  template <bool SPLIT>
+  static constexpr auto kernel() { return gemv_mma_kernel<SFA, NV, DUAL, SPLIT, CPL>; }
+  static int64_t smem(int64_t k) { return MmaSmem<NV, CPL>(k).total; }
+  static int64_t sets(int64_t m) { return (m + (DUAL ? 7 : 15)) / (DUAL ? 8 : 16); }
+  static int steps(int64_t k) { return (int)(k / (128 * CPL)); }  // items of a row set
+};
+
+
+/* Whether the build of p.n vectors and CPL steps per item has its shared
+ * memory, by the plan of 4 or 8 vectors (the largest of 2..4 and of 5..8,
+ * which share a CTA size). */
+template <int CPL>
+bool mma_smem_fits(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  return (p.n <= 4 ? MmaSmem<4, CPL>(p.k).total : MmaSmem<8, CPL>(p.k).total) <= dev.smem_optin;
+}
+
+/* Two steps per item where the warps' shares are long and the two-step build
+ * fits (K % 256 == 0, its ring in shared memory). 4 vectors from 12 steps a
+ * warp (H100, CPL 1 -> 2: 28-56 steps the gemm 8-15% and the dual 10-18%
+ * faster, 12 steps 1-3%, 10 within 1%, 2-8 steps up to 10% slower); 5 to 8
+ * from 10 (the gemm up to 12%, the dual 1-12% faster at 168-1792 steps a
+ * CTA, within 1% at 112-128); 2 and 3 vectors one step. An 8-deep ring of
+ * one step: 16-62% slower. */
+int mma_cpl(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  if (p.n < 4 || p.k % 256 || !mma_smem_fits<2>(p, dev)) return 1;
+  return gemv_mma_share_steps(p, dev) >= (p.n <= 4 ? 12 : 10) * MmaCfg<4, 1>::WARPS ? 2 : 1;
+}
+
+template <int SFA, int NV, int CPL>
+cudaError_t launch_build(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  return p.b2.data ? gemv_launch<Mma<SFA, NV, true, CPL>>(p, c_vec_stride, stream)
+                   : gemv_launch<Mma<SFA, NV, false, CPL>>(p, c_vec_stride, stream);
+}
+
+template <int SFA, int NV>
+cudaError_t launch_cpl(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  return mma_cpl(p, device_info()) == 2 ? launch_build<SFA, NV, 2>(p, c_vec_stride, stream)
+                                        : launch_build<SFA, NV, 1>(p, c_vec_stride, stream);
+}
+
+/* 4 to 8 vectors one or two steps per item (mma_cpl); 2 and 3 one. */
+template <int SFA>
+cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+  switch (p.n) {
+    case 2: return launch_build<SFA, 2, 1>(p, c_vec_stride, stream);
+    case 3: return launch_build<SFA, 3, 1>(p, c_vec_stride, stream);
+    case 4: return launch_cpl<SFA, 4>(p, c_vec_stride, stream);
+    case 5: return launch_cpl<SFA, 5>(p, c_vec_stride, stream);
+    case 6: return launch_cpl<SFA, 6>(p, c_vec_stride, stream);
+    case 7: return launch_cpl<SFA, 7>(p, c_vec_stride, stream);
+    default: return launch_cpl<SFA, 8>(p, c_vec_stride, stream);
+  }
+}
+
+}  // namespace
+
+/* The launches of blocked activation scales, in a compilation unit of their
+ * own (gemv_mma_blocked.cu) so that the two layouts' builds compile in
+ * parallel; gemv_mma.cu has the linear ones and the entries of kernels.h. */
+cudaError_t gemv_mma_launch_blocked(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);

@@ -1,0 +1,267 @@
+/*
+ * plan.cu - which kernel runs a call: the one place that decides, and the C
+ * entry of the CUDA kernels (nvfp4.h).
+ *
+ * Each kernel file says only what it can run on a device (kernels.h); here
+ * an ordered table of rules says which of those is fastest. The first rule
+ * whose kernel can run every problem of the call and whose condition holds
+ * takes it. Each rule names the measurement that put it there (H100 unless
+ * said; docs/PERF.md has the numbers per kernel). A call is planned once;
+ * nvfp4_matmul_cuda_ws launches that plan and nvfp4_matmul_cuda_describe
+ * reports it.
+ *
+ * A GEMV kernel sees its problem "as vectors" (kernels.h): the call as given
+ * (the gemv op; a gemm of few weight rows, not dual) or with the roles
+ * swapped (a gemm or dual of few activation rows: B's rows are streamed
+ * against the M activation rows as vectors, the output written transposed).
+ *
+ * Grouped calls (more than one problem) take the first tile kernel (wgmma,
+ * mma, simt) that runs every problem, in launches of up to
+ * NVFP4_LAUNCH_GROUPS problems.
+ *
+ * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
+ * (read once): it takes every call it can run, the table the rest.
+ *   gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt; wgmma:predecode (the
+ *   pre-pass wherever the 128-row tile allows); mma:wk1, mma:wk4 (its CTA shape).
+ */
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels.h"
+
+namespace {
+
+enum class Kernel { GEMV_DP4A, GEMV_MMA, SKINNY, WGMMA, MMA, SIMT, NONE };
+constexpr const char *KERNEL_NAMES[] = {"gemv_dp4a", "gemv_mma", "skinny", "wgmma", "mma", "simt"};
+
+/* How a rule's kernel sees the problem. */
+enum class View { GIVEN, VECTORS, SWAPPED };
+
+/* ---- the policy's conditions --------------------------------------------
+ * In steps of 128 K of the busiest CTA (gemv_mma_share_steps; a CTA has 16
+ * warps): where the integer-mma GEMV beats the dp4a GEMV of as many vectors
+ * and the kernels that would otherwise take 5 to 8 rows (skinny, wgmma). */
+constexpr int64_t WARP_STEPS = 16;
+
+/* p as vectors on the integer-mma GEMV (gemv_mma_can_run(p) holds). */
+bool gemv_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  /* 4 vectors everywhere: gemm 2-18% faster on 16 of 22 shapes, 2-3% slower on 3 of 2-4 steps a warp; dual 5-19% */
+  if (p.n == 4) return true;
+  const int64_t steps = gemv_mma_share_steps(p, dev);
+  if (p.n > 4) {
+    /* 5 to 8 (no dp4a build): vs skinny / the 32-row wgmma tile, gemm of 5, 6 16-25% faster below 28 steps a
+     * warp, of 7, 8 4-19% below 10; dual of 5, 6 everywhere 9-24%, of 7, 8 4-22% below 16 */
+    if (p.b2.data) return p.n <= 6 || steps < 16 * WARP_STEPS;
+    return steps < (p.n <= 6 ? 28 : 10) * WARP_STEPS;
+  }
+  /* 2, 3 vectors at 3.5 to 12 steps a warp: dual 5-18%, gemm 2-14% faster than dp4a; shorter 0.5-4%, longer up
+   * to 8% slower (dp4a of so few vectors is less issue-bound) */
+  return steps >= 7 * WARP_STEPS / 2 && steps < 12 * WARP_STEPS;
+}
+
+/* The skinny kernel (skinny_can_run(p) holds): Hopper, 5-15% faster than the wgmma kernel's 32-row tile at K >=
+ * 8192 for M = 5..8, and M = 9..16 with at least 2^26 weight values (slower with shorter K, fewer items a CTA);
+ * other GPUs M = 5..16 (not yet measured against matmul_mma.cu there). The GEMV is as fast for M <= 4. */
+bool skinny_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  if (p.m < 5) return false;
+  if (dev.major != 9 || dev.minor != 0) return true;
+  return p.k >= 8192 && (p.m <= 8 || (double)p.batch * p.n * p.k >= (double)(1ll << 26));
+}
+
+/* Hopper, 5 to 8 vectors where the integer-mma GEMV pays. */
+bool hopper_wide_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  return dev.major == 9 && dev.minor == 0 && p.n > 4 && gemv_mma_pays(p, dev);
+}
+
+bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
+
+struct Rule {
+  Kernel kernel;
+  View view;
+  bool grouped; /* may take a call of several problems */
+  bool (*when)(const nvfp4_matmul &seen, const DeviceInfo &dev); /* on the problem as the kernel sees it */
+};
+
+/* The table. */
+constexpr Rule RULES[] = {
+    /* the gemv op, a gemm of <= 8 weight rows: the weights' bytes decide, streamed once by a GEMV */
+    {Kernel::GEMV_MMA, View::VECTORS, false, gemv_mma_pays},
+    {Kernel::GEMV_DP4A, View::VECTORS, false, always}, /* 1 to 4 vectors: 0.84-0.93 of the copy rate (H200) */
+    /* Hopper, M = 5..8: the integer-mma GEMV ahead of skinny where its rule takes it (5 x 4096 x 8192 21.3 -> 16.6
+     * us, 8 x 2048 x 8192 18.6 -> 15.2; 8 x 7168 x 16384 39.6 -> 52.9 where the rule says no) */
+    {Kernel::GEMV_MMA, View::SWAPPED, false, hopper_wide_mma_pays},
+    {Kernel::SKINNY, View::GIVEN, false, skinny_pays},
+    /* M <= 8 activation rows: the weights streamed once against them (M = 1..4 on a 128-row wgmma tile spends
+     * ~0.6 us per 256 x 64 step on the weights' decode: 2-4x slower) */
+    {Kernel::GEMV_MMA, View::SWAPPED, false, gemv_mma_pays},
+    {Kernel::GEMV_DP4A, View::SWAPPED, false, always},
+    /* larger M: tensor cores; wgmma on Hopper (0.6-0.9 of the fp16 rate on large shapes), else mma.sync (0.33 of
+     * the wgmma rate at 4096^3 on an H100, ~16x the SIMT kernel) */
+    {Kernel::WGMMA, View::GIVEN, true, always},
+    {Kernel::MMA, View::GIVEN, true, always},
+    {Kernel::SIMT, View::GIVEN, true, always}, /* any shape, stride and alignment: ~0.02 of the speed of light */
+};
+
+
+/* Problem p as a rule's kernel sees it (false: that view does not exist).
+ * VECTORS: p itself, not dual (a dual's B2 is A's partner, not more vectors);
+ * SWAPPED: M <= 8 activation rows as the vectors, B (and B2) streamed. */
+bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_stride) {
+  q = p;
+  c_vec_stride = 1;
+  if (view == View::VECTORS) return !p.b2.data;
+  if (view == View::SWAPPED) {
+    if (p.m > 8) return false;
+    q.m = p.n, q.n = p.m;
+    q.a = p.b, q.b = p.a;
+    q.c_row_stride = 1;
+    c_vec_stride = p.c_row_stride;
+  }
+  return true;
+}
+
+bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
+  switch (k) {
+    case Kernel::GEMV_DP4A: return gemv_dp4a_can_run(p, dev);
+    case Kernel::GEMV_MMA: return gemv_mma_can_run(p, dev);
+    case Kernel::SKINNY: return skinny_can_run(p, dev);
+    case Kernel::WGMMA: return matmul_sm90_can_run(p, dev);
+    case Kernel::MMA: return matmul_mma_can_run(p, dev);
+    case Kernel::SIMT: return true;
+    default: return false;
+  }
+}
+
+bool is_gemv(Kernel k) { return k == Kernel::GEMV_DP4A || k == Kernel::GEMV_MMA; }
+bool is_tile(Kernel k) { return k == Kernel::WGMMA || k == Kernel::MMA || k == Kernel::SIMT; }
+
+/* NVFP4_FORCE_KERNEL (tests): the kernel, and its option (wgmma: predecode
+ * 1; mma: its WK). Unknown names force nothing. */
+struct Forced {
+  Kernel kernel = Kernel::NONE;
+  int option = 0;
+};
+
+const Forced &forced() {
+  static const Forced f = [] {
+    Forced r;
+    const char *e = std::getenv("NVFP4_FORCE_KERNEL");
+    if (!e || !*e) return r;
+    const char *colon = std::strchr(e, ':');
+    const size_t n = colon ? (size_t)(colon - e) : std::strlen(e);
+    for (int k = 0; k < (int)Kernel::NONE; k++)
+      if (std::strlen(KERNEL_NAMES[k]) == n && !std::strncmp(e, KERNEL_NAMES[k], n)) r.kernel = (Kernel)k;
+    if (colon && r.kernel == Kernel::WGMMA && !std::strcmp(colon + 1, "predecode")) r.option = 1;
+    if (colon && r.kernel == Kernel::MMA && !std::strcmp(colon + 1, "wk1")) r.option = 1;
+    if (colon && r.kernel == Kernel::MMA && !std::strcmp(colon + 1, "wk4")) r.option = 4;
+    return r;
+  }();
+  return f;
+}
+
+/* A call's plan: its kernel and, for a GEMV kernel, the problem as it sees
+ * it. */
+struct Plan {
+  Kernel kernel = Kernel::NONE;
+  View view = View::GIVEN;
+  nvfp4_matmul seen;        /* GEMV kernels: the problem as vectors */
+  int64_t c_vec_stride = 1; /* GEMV kernels */
+  int option = 0;           /* a forced variant (Forced) */
+};
+
+/* Whether kernel k in view `view` takes the call (and `when`, if given, holds). */
+bool takes(Kernel k, View view, bool (*when)(const nvfp4_matmul &, const DeviceInfo &), const nvfp4_matmul *problems,
+           int count, const DeviceInfo &dev, Plan &plan) {
+  if (count > 1 && !is_tile(k)) return false;
+  for (int g = 0; g < count; g++) {
+    nvfp4_matmul q;
+    int64_t vs;
+    if (!view_of(problems[g], view, q, vs) || !can_run(k, q, dev) || (when && !when(q, dev))) return false;
+    if (g == 0) plan.seen = q, plan.c_vec_stride = vs;
+  }
+  plan.kernel = k, plan.view = view;
+  return true;
+}
+
+Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev) {
+  Plan plan;
+  const Forced &f = forced();
+  if (f.kernel != Kernel::NONE) {
+    const bool gemv = is_gemv(f.kernel);
+    if (takes(f.kernel, gemv ? View::VECTORS : View::GIVEN, nullptr, problems, count, dev, plan) ||
+        (gemv && takes(f.kernel, View::SWAPPED, nullptr, problems, count, dev, plan))) {
+      plan.option = f.option;
+      return plan;
+    }
+  }
+  for (const Rule &r : RULES)
+    if ((count == 1 || r.grouped) && takes(r.kernel, r.view, r.when, problems, count, dev, plan)) return plan;
+  return plan; /* not reached: the SIMT kernel runs everything */
+}
+
+bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
+
+/* Sizes in range; pointers present unless the problem is empty (an empty
+ * tensor may have no storage); all dual or none. */
+bool valid(const nvfp4_matmul *problems, int count) {
+  if (count <= 0) return false;
+  for (int g = 0; g < count; g++) {
+    const nvfp4_matmul &p = problems[g];
+    if (p.k <= 0 || p.k % 16 || p.m < 0 || p.n < 0 || p.batch < 0) return false;
+    if ((p.b2.data != nullptr) != (problems[0].b2.data != nullptr)) return false;
+    if (!empty(p) && !(p.a.data && p.b.data && p.a.sf && p.b.sf && p.c && (!p.b2.data || p.b2.sf))) return false;
+  }
+  return true;
+}
+
+/* One launch of a tile kernel over problems[0, count <= NVFP4_LAUNCH_GROUPS). */
+cudaError_t launch_tiles(const Plan &plan, const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
+                         cudaStream_t stream) {
+  switch (plan.kernel) {
+    case Kernel::WGMMA: return matmul_sm90_launch(problems, count, plan.option, ws, ctx, stream);
+    case Kernel::MMA: return matmul_mma_launch(problems, count, plan.option, stream);
+    default: return matmul_simt_launch(problems, count, stream);
+  }
+}
+
+}  // namespace
+
+/* common.cuh's DeviceInfo::sm90_code reads this kernel's attributes. */
+__global__ void nvfp4_arch_probe_kernel() {}
+
+extern "C" nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+  return nvfp4_matmul_cuda_ws(problems, count, nullptr, nullptr, stream);
+}
+
+extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace,
+                                             void *ctx, cudaStream_t stream) {
+  if (!valid(problems, count)) return NVFP4_ERR_INVALID;
+  if (count == 1 && empty(problems[0])) return NVFP4_OK; /* nothing to launch */
+  const Plan plan = plan_call(problems, count, device_info());
+  cudaError_t err = cudaSuccess;
+  switch (plan.kernel) {
+    case Kernel::GEMV_DP4A: err = gemv_dp4a_launch(plan.seen, plan.c_vec_stride, stream); break;
+    case Kernel::GEMV_MMA: err = gemv_mma_launch(plan.seen, plan.c_vec_stride, stream); break;
+    case Kernel::SKINNY: err = skinny_launch(problems[0], workspace, ctx, stream); break;
+    default:
+      for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS)
+        err = launch_tiles(plan, problems + g, std::min(count - g, NVFP4_LAUNCH_GROUPS), workspace, ctx, stream);
+  }
+  return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}
+
+extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len) {
+  if (!buf || !len) return NVFP4_ERR_INVALID;
+  buf[0] = 0;
+  if (count <= 0) return NVFP4_ERR_INVALID;
+  const Plan plan = plan_call(problems, count, device_info());
+  char what[96] = "";
+  const int n = std::min(count, NVFP4_LAUNCH_GROUPS); /* the first launch's */
+  if (plan.kernel == Kernel::WGMMA) matmul_sm90_describe(problems, n, plan.option, true, what, sizeof what);
+  if (plan.kernel == Kernel::MMA) matmul_mma_describe(problems, n, plan.option, what, sizeof what);
+  if (plan.view == View::SWAPPED) std::snprintf(what, sizeof what, "roles swapped");
+  std::snprintf(buf, len, what[0] ? "%s (%s)" : "%s", KERNEL_NAMES[(int)plan.kernel], what);
+  return NVFP4_OK;
+}

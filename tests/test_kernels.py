@@ -1,0 +1,150 @@
+"""Every CUDA kernel on shapes it can run, and the planner's report against what runs.
+
+NVFP4_FORCE_KERNEL=name[:option] (csrc/cuda/plan.cu; read once per process) puts a kernel ahead
+of the planner's table wherever it can run. test_forced runs, in a child process per kernel (and
+variant), this file's cases for it and the kernel's own test file: each case asserts that
+nvfp4_kernels.kernel_name names the forced kernel, that the profiler saw that kernel's function
+launched, and the exact result into poisoned outputs. test_plan_is_what_runs checks, unforced,
+that the kernel the planner reports is the one launched, over shapes of every route."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.testing import random_operand
+from conftest import HAS_CUDA, assert_matches
+from helpers import FORCED, KERNEL_SYMBOLS, gemm_problem, gemv_problem, launched, poisoned, ref_gemm, ref_gemv
+
+ON_GPU = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
+IS_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# (op, L, M, N, K, layouts) per kernel: shapes each can run, tails and batches included.
+CASES = {
+    "gemv_dp4a": [("gemv", None, 300, 1, 1024, ("linear", "linear")), ("gemv", 3, 129, 1, 192, ("blocked", "linear")),
+                  ("gemm", None, 3, 500, 2048, ("linear", "blocked")), ("gemm", 2, 300, 4, 512, ("blocked", "blocked")),
+                  ("dual", None, 2, 700, 1024, ("blocked", "blocked")), ("dual", 2, 1, 129, 64, ("linear", "linear"))],
+    "gemv_mma": [("gemm", None, 2, 600, 1024, ("linear", "linear")), ("gemm", 2, 7, 300, 2048, ("blocked", "blocked")),
+                 ("gemm", None, 1000, 8, 4096, ("blocked", "linear")), ("dual", None, 5, 257, 1024, ("linear", "linear")),
+                 ("dual", 3, 8, 129, 512, ("blocked", "blocked"))],
+    "skinny": [("gemm", None, 2, 300, 512, ("linear", "linear")), ("gemm", 2, 9, 129, 1024, ("blocked", "linear")),
+               ("gemm", None, 16, 4100, 4096, ("blocked", "blocked")), ("gemm", None, 5, 64, 65536, ("linear", "blocked"))],
+    "wgmma": [("gemm", None, 1, 7, 64, ("linear", "linear")), ("gemm", 2, 33, 300, 2048, ("blocked", "linear")),
+              ("gemm", None, 200, 513, 4096, ("blocked", "blocked")), ("dual", None, 5, 129, 1024, ("linear", "blocked")),
+              ("dual", 2, 300, 200, 640, ("blocked", "blocked")), ("group", None, 129, 300, 1024, ("linear", "blocked"))],
+    "mma": [("gemm", None, 1, 1, 16, ("linear", "linear")), ("gemm", 2, 129, 300, 1040, ("blocked", "linear")),
+            ("gemv", None, 300, 1, 1024, ("linear", "linear")), ("dual", None, 7, 129, 2048, ("blocked", "blocked")),
+            ("group", None, 200, 65, 512, ("linear", "linear"))],
+    "simt": [("gemm", None, 1, 1, 16, ("linear", "linear")), ("gemm", 2, 70, 90, 256, ("blocked", "linear")),
+             ("gemv", None, 129, 1, 64, ("linear", "blocked")), ("dual", None, 65, 33, 80, ("linear", "linear")),
+             ("group", None, 30, 40, 48, ("blocked", "blocked"))],
+}
+# A forced kernel (and variant) -> the test files run in its child besides this one.
+FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"], "wgmma": [], "wgmma:predecode": ["test_tensor_cores.py"],
+          "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": []}
+
+
+def build(op, L, m, n, k, layouts, gen, device):
+    """(args for nk.kernel_name, call into poisoned outputs, outputs, references)."""
+    if op == "gemv":
+        a, b = gemv_problem(L, m, k, gen, device, layouts)
+        out = poisoned(((L,) if L else ()) + (m,), device)
+        args = (a.data, b.data, a.sf, b.sf)
+        return args, lambda: nk.gemv(*args, out=out), [out], [ref_gemv(a, b)]
+    if op == "group":
+        probs = [gemm_problem(None, m + g, n - g, k, gen, device, layouts) for g in range(3)]
+        outs = [poisoned((m + g, n - g), device) for g in range(3)]
+        args = ([a.data for a, _ in probs], [b.data for _, b in probs], [a.sf for a, _ in probs], [b.sf for _, b in probs])
+        return args, lambda: nk.group_gemm(*args, outs=outs), outs, [ref_gemm(a, b) for a, b in probs]
+    a, b = gemm_problem(L, m, n, k, gen, device, layouts)
+    out = poisoned(((L,) if L else ()) + (m, n), device)
+    if op == "gemm":
+        args = (a.data, b.data, a.sf, b.sf)
+        return args, lambda: nk.gemm(*args, out=out, alpha=0.5), [out], [ref_gemm(a, b, 0.5)]
+    b2 = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
+    args = (a.data, b.data, b2.data, a.sf, b.sf, b2.sf)
+    return args, lambda: nk.dual_gemm(*args, out=out), [out], [reference.dual_gemm(*args)]
+
+
+OP_NAMES = {"gemv": "gemv", "gemm": "gemm", "dual": "dual_gemm", "group": "group_gemm"}
+
+
+def check(case, gen, want=None):
+    """Run a case on the GPU: the planner's kernel (== want, if given) is what launched; the result
+    is exact. Returns the planner's report."""
+    args, call, outs, refs = build(*case, gen, "cuda")
+    plan = nk.kernel_name(OP_NAMES[case[0]], *args)
+    kernel = plan.split(" ")[0]
+    if want is not None:
+        assert kernel == want, f"{case}: planned {plan!r}, forced {want}"
+    _, names = launched(call)
+    assert any(KERNEL_SYMBOLS[kernel] in x for x in names), f"{case}: planned {plan!r}, launched {names}"
+    for g, (o, r) in enumerate(zip(outs, refs)):
+        assert_matches(o, r, f"{case} group {g} on {plan}")
+    return plan
+
+
+FORCED_CASES = [(k, c) for k, cases in CASES.items() for c in cases]
+
+
+@pytest.mark.skipif(not ON_GPU or not FORCED, reason="runs in test_forced's child, with a kernel forced")
+@pytest.mark.parametrize("kernel,case", FORCED_CASES, ids=[f"{k}-{c[0]}-{c[1]}x{c[2]}x{c[3]}x{c[4]}" for k, c in FORCED_CASES])
+def test_forced_case(gen, kernel, case):
+    if kernel != FORCED:
+        pytest.skip(f"{kernel}'s case, {FORCED} forced")
+    if kernel == "wgmma" and not IS_HOPPER:
+        pytest.skip("the wgmma kernel needs a Hopper GPU")
+    plan = check(case, gen, want=kernel)
+    force = os.environ.get("NVFP4_FORCE_KERNEL", "")
+    if force == "mma:wk4":
+        assert "64x64" in plan, plan
+    if force == "mma:wk1":
+        assert "128x128" in plan, plan
+
+
+@pytest.mark.skipif(not ON_GPU or bool(FORCED), reason="needs an sm_80+ GPU; a kernel is forced")
+@pytest.mark.parametrize("force", list(FORCES))
+def test_forced(force):
+    """This file's cases for one kernel (and its own test file, where it has one) in a child process
+    with NVFP4_FORCE_KERNEL=force."""
+    if force.startswith("wgmma") and not IS_HOPPER:
+        pytest.skip("the wgmma kernel needs a Hopper GPU")
+    files = [os.path.join(HERE, "test_kernels.py")] + [os.path.join(HERE, f) for f in FORCES[force]]
+    env = dict(os.environ, NVFP4_FORCE_KERNEL=force)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], env=env,
+                       capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]
+
+
+# Unforced: shapes of every route the table has (which kernel each takes depends on the GPU).
+ROUTES = [("gemv", None, 7168, 1, 2048, ("linear", "linear")), ("gemm", None, 4, 4096, 1024, ("linear", "blocked")),
+          ("gemm", None, 3, 4096, 7168, ("linear", "linear")), ("gemm", None, 8, 4096, 8192, ("blocked", "linear")),
+          ("gemm", None, 8, 7168, 16384, ("linear", "linear")), ("gemm", None, 12, 4096, 16384, ("linear", "linear")),
+          ("gemm", None, 1000, 8, 4096, ("linear", "linear")), ("gemm", None, 128, 4096, 7168, ("blocked", "blocked")),
+          ("gemm", 2, 1000, 4100, 256, ("linear", "linear")), ("gemm", None, 300, 200, 1040, ("linear", "linear")),
+          ("dual", None, 4, 4096, 7168, ("blocked", "blocked")), ("dual", None, 256, 3072, 4096, ("blocked", "blocked")),
+          ("group", None, 80, 4096, 7168, ("linear", "blocked")), ("group", None, 100, 200, 48, ("linear", "linear"))]
+
+
+@pytest.mark.skipif(not ON_GPU or bool(FORCED), reason="needs an sm_80+ GPU; a kernel is forced")
+@pytest.mark.parametrize("case", ROUTES, ids=[f"{c[0]}-{c[2]}x{c[3]}x{c[4]}" for c in ROUTES])
+def test_plan_is_what_runs(gen, case):
+    check(case, gen)
+
+
+def test_kernel_name_on_cpu(gen):
+    """On CPU tensors the planner is not asked: the CPU kernels run everything."""
+    a, b = gemm_problem(None, 3, 5, 64, gen, "cpu")
+    assert nk.kernel_name("gemm", a.data, b.data, a.sf, b.sf) == "cpu"
+    with pytest.raises(ValueError, match="op must be"):
+        nk.kernel_name("gemmm", a.data, b.data, a.sf, b.sf)
+    with pytest.raises(ValueError, match="takes 4 tensors"):
+        nk.kernel_name("gemm", a.data, b.data, a.sf)
+    with pytest.raises(ValueError, match="K/2"):
+        nk.kernel_name("gemm", a.data, b.data[:, :16], a.sf, b.sf)
