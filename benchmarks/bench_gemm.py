@@ -20,7 +20,8 @@ import json
 import torch
 
 import nvfp4_kernels as nk
-from nvfp4_kernels import reference, tasks
+from nvfp4_kernels import reference
+from nvfp4_kernels.gpumode import tasks
 from nvfp4_kernels.testing import random_operand, within_tolerance
 
 from .common import L2Flush, cuda_time, geomean, measure_ceilings, pyplot

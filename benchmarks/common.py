@@ -1,5 +1,5 @@
 """Timing helpers of the benchmarks. The ceilings, L2 eviction and the kernel
-timer live in nvfp4_kernels.timing (shared with nvfp4_kernels.eval)."""
+timer live in nvfp4_kernels.timing (shared with nvfp4_kernels.gpumode.eval)."""
 
 from __future__ import annotations
 

@@ -26,9 +26,11 @@ import sys
 import torch
 
 import submission
-from nvfp4_kernels import reference, tasks
+from nvfp4_kernels import reference
+from nvfp4_kernels.gpumode import tasks
 from nvfp4_kernels.layouts import batch_first
-from nvfp4_kernels.testing import TOL, competition_inputs, competition_reference, within_tolerance
+from nvfp4_kernels.gpumode.harness import competition_inputs, competition_reference
+from nvfp4_kernels.testing import TOL, within_tolerance
 
 from .common import L2Flush, cpu_time, cuda_time, cuda_time_loop, host_time, measure_ceilings
 

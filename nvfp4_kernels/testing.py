@@ -9,8 +9,8 @@ accumulated one must agree within 1e-3 + 1e-3 |ref| everywhere, and any
 wrong product, scale or index shows. Extreme scales (up to 448, NaN) are
 covered by dedicated tests on small K.
 
-`competition_inputs` builds the GPU MODE tuples (CONTRACT.md layouts) from such
-operands.
+The GPU MODE harness's tuples are built from such operands in
+nvfp4_kernels.gpumode.harness.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Optional
 
 import torch
 
-from .layouts import batch_last, blocked_to_competition, pack_fp4, to_blocked
+from .layouts import pack_fp4, to_blocked
 
 FP4 = torch.float4_e2m1fn_x2
 E4M3 = torch.float8_e4m3fn
 
-TOL = 1e-3  # the competition's judgement (CONTRACT.md): |out - ref| <= TOL + TOL |ref|
+TOL = 1e-3  # the competition's judgement (docs/competition.md): |out - ref| <= TOL + TOL |ref|
 
 
 def within_tolerance(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -103,87 +103,3 @@ def vector_operand(op: Operand) -> Operand:
     """An operand with one row, as gemv's b: data [L, K/2], linear scales [L, K/16]."""
     sf = op.sf if op.sf.dim() >= 5 else op.sf.squeeze(-2)
     return Operand(op.data.squeeze(-2), sf)
-
-
-# ---- the competition's tuples -------------------------------------------------
-
-
-def _harness_operand(problem, L, rows, k, gen, device):
-    """The harness's narrow values (CONTRACT.md): gemv codes 0-3 in the low
-    nibble only; gemm all bytes; dual / group the sign and two low bits of each
-    code. Scales: gemm small integers (1, 2), the others rand() in [0, 1) cast
-    to e4m3 (zeros and subnormals occur)."""
-    shape = (L, rows, k // 2)
-    raw = torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8, device=device)
-    if problem == "gemv":
-        raw = raw & 0x03
-    elif problem in ("dual_gemm", "group_gemm"):
-        raw = raw & 0xBB
-    sf_shape = (L, rows, k // 16)
-    if problem == "gemm":
-        sf = torch.randint(1, 3, sf_shape, generator=gen, device=device).to(E4M3)
-    else:
-        sf = torch.rand(sf_shape, generator=gen, device=device).to(E4M3)
-    return Operand(raw.view(FP4), sf)
-
-
-def _competition_operand(L, rows, k, gen, device, problem=None):
-    """(data (R, K/2, L), linear sf (R, K/16, L), permuted sf) over batch-first
-    memory; full-range values, or the harness's for `problem`."""
-    if problem is None:
-        op = random_operand(L, rows, k, gen=gen, device=device)
-    else:
-        op = _harness_operand(problem, L, rows, k, gen, device)
-    blocked = to_blocked(op.sf.view(torch.uint8), pad=0x7F).view(E4M3)
-    return batch_last(op.data), batch_last(op.sf), blocked_to_competition(blocked)
-
-
-def competition_inputs(problem: str, shape: dict, *, seed: int = 0, device="cpu", values="full"):
-    """The tuple the GPU MODE harness hands to custom_kernel for `problem`
-    ("gemv", "gemm", "dual_gemm", "group_gemm") and a task.yml `shape` dict.
-    values="full": our full-range values; "harness": the harness's narrow ones.
-    c / the outputs are poisoned with NaN."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    dist = None if values == "full" else problem
-    if problem == "group_gemm":
-        abc, sf, sf_perm, sizes = [], [], [], []
-        for m, n, k in zip(shape["m"], shape["n"], shape["k"]):
-            a, sfa, sfa_p = _competition_operand(1, m, k, gen, device, dist)
-            b, sfb, sfb_p = _competition_operand(1, n, k, gen, device, dist)
-            c = batch_last(torch.full((1, m, n), float("nan"), dtype=torch.float16, device=device))
-            abc.append((a, b, c))
-            sf.append((sfa.cpu(), sfb.cpu()))  # the harness keeps these on the CPU
-            sf_perm.append((sfa_p, sfb_p))
-            sizes.append((m, n, k, 1))
-        return abc, sf, sf_perm, sizes
-    m, k, L = shape["m"], shape["k"], shape["l"]
-    n = 1 if problem == "gemv" else shape["n"]
-    a, sfa, sfa_p = _competition_operand(L, m, k, gen, device, dist)
-    b_rows = 128 if problem == "gemv" else n  # gemv: only row 0 of b is the vector
-    b, sfb, sfb_p = _competition_operand(L, b_rows, k, gen, device, dist)
-    c = batch_last(torch.full((L, m, n), float("nan"), dtype=torch.float16, device=device))
-    if problem == "dual_gemm":
-        b2, sfb2, sfb2_p = _competition_operand(L, n, k, gen, device, dist)
-        return a, b, b2, sfa, sfb, sfb2, sfa_p, sfb_p, sfb2_p, c
-    return a, b, sfa, sfb, sfa_p, sfb_p, c
-
-
-def competition_reference(problem: str, data):
-    """The exact result for a competition tuple, as the harness's c layout (R, N, L)."""
-    from . import reference
-    from .layouts import batch_first
-
-    if problem == "group_gemm":
-        abc, sf, _, _ = data
-        return [
-            batch_last(reference.gemm(batch_first(a), batch_first(b), batch_first(sfa).to(a.device),
-                                      batch_first(sfb).to(a.device)))
-            for (a, b, _), (sfa, sfb) in zip(abc, sf)
-        ]
-    if problem == "dual_gemm":
-        a, b1, b2, sfa, sfb1, sfb2 = (batch_first(t) for t in data[:6])
-        return batch_last(reference.dual_gemm(a, b1, b2, sfa, sfb1, sfb2))
-    a, b, sfa, sfb = (batch_first(t) for t in data[:4])
-    if problem == "gemv":
-        b, sfb = b[:, :1], sfb[:, :1]
-    return batch_last(reference.gemm(a, b, sfa, sfb))

@@ -1,6 +1,6 @@
 """Timing pieces shared by the benchmarks (benchmarks/) and the local GPU MODE
-evaluation (nvfp4_kernels.eval): the two measured ceilings, L2 eviction, a
-kernel timer, and the harness's statistics and stop rule.
+evaluation (nvfp4_kernels.gpumode.eval): the two measured ceilings, L2
+eviction, a kernel timer and the geometric mean.
 
 Ceilings are measured in the same run as the kernels: a large device-to-device
 copy (bytes read + written) and an 8192^3 fp16 matmul through cuBLAS on random
@@ -95,35 +95,6 @@ def measure_ceilings(device="cuda") -> Ceilings:
     return Ceilings(bandwidth=2 * (1 << 30) / copy_s, fp16_rate=2 * n**3 / mm_s, device=name)
 
 
-# ---- the GPU MODE harness's statistics and stop rule (CONTRACT.md, Timing) ----
-
-
-@dataclass
-class Stats:
-    runs: int
-    mean: float  # the unit of the samples (the eval uses ns)
-    std: float  # sample standard deviation (n - 1)
-    err: float  # standard error of the mean, std / sqrt(n)
-    best: float
-    worst: float
-
-
-def stats(samples: list[float]) -> Stats:
-    n = len(samples)
-    mean = sum(samples) / n
-    std = math.sqrt(sum((x - mean) ** 2 for x in samples) / (n - 1)) if n > 1 else 0.0
-    return Stats(runs=n, mean=mean, std=std, err=std / math.sqrt(n), best=min(samples), worst=max(samples))
-
-
 def geomean(xs) -> float:
     """Geometric mean (the competition's score over shapes); nan for no values."""
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
-def should_stop(samples_ns: list[float], elapsed_ns: float, max_time_ns: float) -> bool:
-    """After at least 3 samples and 100 ms: stop once the error of the mean is
-    under 0.1% of it, or the samples add up to max_time_ns, or 2 minutes passed."""
-    if len(samples_ns) < 3 or elapsed_ns <= 1e8:
-        return False
-    s = stats(samples_ns)
-    return s.err / s.mean < 0.001 or s.mean * s.runs > max_time_ns or elapsed_ns > 120e9

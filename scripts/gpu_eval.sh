@@ -18,13 +18,13 @@ if [ "${BUILD:-0}" = 1 ]; then
 fi
 problems=${*:-gemv gemm dual_gemm group_gemm}
 for p in $problems; do
-  python3 -m nvfp4_kernels.bundle --problem "$p" -o "$WORK/bundle_$p.py"
+  python3 -m nvfp4_kernels.gpumode.bundle --problem "$p" -o "$WORK/bundle_$p.py"
   for who in package bundle; do
-    sub=$([ $who = package ] && echo nvfp4_kernels/competition.py || echo "$WORK/bundle_$p.py")
+    sub=$([ $who = package ] && echo nvfp4_kernels/gpumode/competition.py || echo "$WORK/bundle_$p.py")
     for mode in test benchmark; do
       echo "== $p $mode ($who)"
       t0=$(date +%s)
-      timeout 600 python3 -m nvfp4_kernels.eval $mode --problem "$p" --submission "$sub" \
+      timeout 600 python3 -m nvfp4_kernels.gpumode.eval $mode --problem "$p" --submission "$sub" \
         --json "$WORK/${p}_${mode}_${who}.json" 2>"$WORK/${p}_${mode}_${who}.err" | tail -8
       echo "   rc=$? in $(( $(date +%s) - t0 ))s"
     done

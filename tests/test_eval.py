@@ -1,4 +1,4 @@
-"""nvfp4_kernels.eval (the GPU MODE procedure run locally) and the harness's
+"""nvfp4_kernels.gpumode.eval (the GPU MODE procedure run locally) and the harness's
 statistics and stop rule (nvfp4_kernels.timing). The test mode runs on the CPU
 here; a crashing, raising or wrong submission must be reported, not fatal."""
 
@@ -8,10 +8,11 @@ import math
 import pytest
 import torch
 
-from nvfp4_kernels import eval as ev
-from nvfp4_kernels import tasks
+from nvfp4_kernels.gpumode import eval as ev
+from nvfp4_kernels.gpumode import tasks
 from nvfp4_kernels.testing import within_tolerance
-from nvfp4_kernels.timing import geomean, should_stop, stats
+from nvfp4_kernels.gpumode.harness import should_stop, stats
+from nvfp4_kernels.timing import geomean
 
 SPEC = """\
 tests:

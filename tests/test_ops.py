@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import nvfp4_kernels as nk
-from nvfp4_kernels import reference, tasks
+from nvfp4_kernels import reference
+from nvfp4_kernels.gpumode import tasks
 from nvfp4_kernels.testing import random_operand, vector_operand
 from conftest import assert_matches
 from helpers import gemm_problem, gemv_problem, layouts_for, poisoned, ref_gemm, ref_gemv
@@ -46,7 +47,7 @@ def test_gemv_odd_shapes(device, gen, m, k, L):
 def test_gemv_row_quads(device, gen, L, m, k):
     """Blocked scales with enough rows for half a wave of warps (>= 8 x 132 / 2
     row sets on an H200): the GEMV takes rows r, r+32, r+64, r+96 of an atom
-    together (csrc/cuda/gemv.cu, RowSets). M is not a multiple of 128."""
+    together (csrc/cuda/gemv_dp4a.cu, RowSets). M is not a multiple of 128."""
     a, b = gemv_problem(L, m, k, gen, device, ("blocked", "linear"))
     out = poisoned((*([L] if L else []), m), device)
     nk.gemv(a.data, b.data, a.sf, b.sf, out=out)
@@ -58,7 +59,7 @@ def test_gemv_row_quads(device, gen, L, m, k):
                                    (None, 5, 131072), (None, 5001, 1024), (2, 8450, 2048), (None, 16390, 2048),
                                    (None, 5001, 4160), (3, 129, 192)])
 def test_gemv_long_rows_many_batches(device, gen, layouts, L, m, k):
-    """GEMV shapes at the edges of how csrc/cuda/gemv.cu deals its work: few
+    """GEMV shapes at the edges of how the GEMV kernels (csrc/cuda/gemv.cuh) deal their work: few
     rows with long K (7 rows of 16384: most warps idle), rows that do not fill a
     row set or a 128-row atom, many batches of a single row (1100 x 1), a K
     whose vector nearly fills shared memory (131072: 160 KB decoded), and rows
@@ -74,7 +75,7 @@ def test_gemv_long_rows_many_batches(device, gen, layouts, L, m, k):
     assert_matches(out, ref_gemv(a, b), f"gemv L={L} M={m} K={k} layouts={layouts} on {device}")
 
 
-# (L, M, N, K) with M or N <= 4: the GEMV kernel with that many vectors (csrc/cuda/dispatch.cu;
+# (L, M, N, K) with M or N <= 4: the GEMV kernel with that many vectors (csrc/cuda/plan.cu;
 # M <= 4 with the roles swapped), 2, 4 and 8 lanes per row (K = 64, 128, >= 256), odd counts
 # of rows, batches, N = 1; the last: 4 vectors of K = 65536 do not fit in shared memory, so
 # another kernel takes it.
@@ -94,7 +95,7 @@ def test_gemm_few_rows(device, gen, layouts, L, m, n, k):
 
 
 # (L, M, N, K) of a dual gemm with M <= 4: on a GPU the GEMV kernel with M vectors and B2's rows on
-# the other half of each warp (csrc/cuda/gemv.cu, DUAL): 2, 4 and 8 lanes per row (K = 64, 128, >= 256),
+# the other half of each warp (csrc/cuda/gemv_dp4a.cu, DUAL): 2, 4 and 8 lanes per row (K = 64, 128, >= 256),
 # rows that do not fill a row set or a 128-row scale atom, batches, N = 1; the last does not fit in
 # shared memory (the tensor cores take it).
 FEW_ROWS_DUAL = [(None, 1, 7, 64), (3, 3, 129, 128), (None, 4, 300, 1024), (2, 2, 1, 512), (None, 1, 2000, 4096),

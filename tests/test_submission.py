@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import submission
-from nvfp4_kernels import tasks
-from nvfp4_kernels.testing import competition_inputs, competition_reference
+from nvfp4_kernels.gpumode import tasks
+from nvfp4_kernels.gpumode.harness import competition_inputs, competition_reference
 from conftest import SEED, assert_matches
 
 

@@ -1,6 +1,6 @@
 """One self-contained submission file for popcorn-cli:
 
-    python -m nvfp4_kernels.bundle --problem {gemv,gemm,dual_gemm,group_gemm} -o FILE
+    python -m nvfp4_kernels.gpumode.bundle --problem {gemv,gemm,dual_gemm,group_gemm} -o FILE
 
 The file embeds the C/C++/CUDA sources of the CUDA path (csrc/: the C API,
 numerics, kernels, dispatcher and torch binding; not the CPU kernels) and this
@@ -25,7 +25,7 @@ import sys
 
 from . import tasks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CSRC = os.path.join(ROOT, "csrc")
 ADAPTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "competition.py")
 IMPORT_LINE = "import nvfp4_kernels  # noqa: F401"
@@ -115,7 +115,7 @@ def version() -> str:
     try:
         rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "csrc", "nvfp4_kernels/competition.py"],
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "csrc", "nvfp4_kernels/gpumode/competition.py"],
                                capture_output=True, text=True).stdout.strip()
         return f"commit {rev}" + (" with local changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -130,9 +130,9 @@ def render(problem: str) -> str:
     ns = f"nvfp4_b{digest}"
     parts = [
         f'"""nvfp4-kernels: GPU MODE submission for {problem}, in one file.\n\n'
-        f"Written by `python -m nvfp4_kernels.bundle --problem {problem}` from {version()}.\n"
+        f"Written by `python -m nvfp4_kernels.gpumode.bundle --problem {problem}` from {version()}.\n"
         "The CUDA/C++ sources below are compiled for this GPU at first import and cached\n"
-        "(nvfp4_kernels/bundle.py says how); custom_kernel(data) takes the harness's tuple.\n"
+        "(nvfp4_kernels/gpumode/bundle.py says how); custom_kernel(data) takes the harness's tuple.\n"
         '"""\n\n',
         "_SOURCES = {\n",
     ]
@@ -140,13 +140,13 @@ def render(problem: str) -> str:
         parts.append(f'    "{rel}": r"""{text}""",\n')
     parts.append("}\n")
     parts.append(LOADER.format(ns=ns))
-    parts.append("\n\n# ---- nvfp4_kernels/competition.py ----\n\n")
+    parts.append("\n\n# ---- nvfp4_kernels/gpumode/competition.py ----\n\n")
     parts.append(adapter())
     return "".join(parts)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_kernels.bundle", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_kernels.gpumode.bundle", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--problem", required=True, choices=tasks.PROBLEMS)
     ap.add_argument("-o", "--output", required=True)

@@ -1,17 +1,17 @@
 """GPU MODE NVFP4 submission: custom_kernel(data) for all four problems.
 
-The repository's submission.py re-exports this; `python -m nvfp4_kernels.bundle`
+The repository's submission.py re-exports this; `python -m nvfp4_kernels.gpumode.bundle`
 embeds it (with the kernels) into one file for popcorn-cli.
 
 The harness's tensors are batch-last views of batch-first memory
-(../shared/competition/CONTRACT.md), so a permute turns each into the [L, ...]
+(docs/competition.md), so a permute turns each into the [L, ...]
 layout the ops take without a copy. The nvfp4::competition_* ops take the
 harness's tensors as they come and read them through those permutations in
 C++, without making view tensors: one op call per harness call and no
 allocation, since host time is what the harness's back-to-back loop pays
 for. gemv reads the linear scales, its kernel's faster layout (H200 kernel
-time at 7168 x 16384: 0.81 of SOL linear, 0.71 blocked; docs/PERF.md,
-session 10); the others read the permuted
+time at 7168 x 16384: 0.81 of the speed of light linear, 0.71 blocked); the
+others read the permuted
 (blocked 128x4) scales, which are on the GPU for every problem (group
 gemm's linear scales are on the CPU). Results are written into the harness's
 c in place; nothing is allocated, copied or synchronised per call.

@@ -1,12 +1,12 @@
 """The GPU MODE evaluation, run locally:
 
-    python -m nvfp4_kernels.eval {test,benchmark,leaderboard,profile}
+    python -m nvfp4_kernels.gpumode.eval {test,benchmark,leaderboard,profile}
         --problem {gemv,gemm,dual_gemm,group_gemm,all} [--submission FILE]
         [--spec FILE] [--json FILE] [--device cuda|cpu]
 
-The procedure of ../shared/competition/CONTRACT.md: shapes from the task.yml
+The procedure of docs/competition.md: shapes from the task.yml
 files (package data, or --spec), inputs in the harness's layouts and narrow
-value distributions (nvfp4_kernels.testing, values="harness"), the tolerance
+value distributions (nvfp4_kernels.gpumode.harness, values="harness"), the tolerance
 |out - ref| <= 1e-3 + 1e-3 |ref| with NaN matching NaN, and for timing:
   gemm / dual_gemm / group_gemm: 50 inputs per shape (seeds +42 apart), all 50
     checked once, then samples of (L2 flush; event; 50 calls back to back;
@@ -14,7 +14,7 @@ value distributions (nvfp4_kernels.testing, values="harness"), the tolerance
   gemv: one input; samples of (L2 flush; event; one call; event);
   stop rule: after >= 3 samples and 100 ms, once the error of the mean is
     < 0.1% of it, or the samples add up to the time limit, or after 2 minutes
-    (nvfp4_kernels.timing.should_stop); the score is the geometric mean.
+    (nvfp4_kernels.gpumode.harness.should_stop); the score is the geometric mean.
 benchmark: warm-up on the first shape, then each shape (200 samples at most,
 10 s). leaderboard: a warm-up of every shape, then each with the outputs
 re-checked after every sample (1000 samples at most, 30 s).
@@ -28,7 +28,7 @@ benchmark / leaderboard report the fraction of speed of light per shape
 (ceilings measured once per run, nvfp4_kernels.timing).
 
 --submission takes any file that defines custom_kernel(data); the default is
-this package's own (nvfp4_kernels/competition.py). On a machine without a GPU
+this package's own (nvfp4_kernels/gpumode/competition.py). On a machine without a GPU
 the test mode runs on CPU tensors (slow but exact); timing needs a GPU.
 """
 
@@ -44,7 +44,7 @@ import sys
 import time
 
 from . import tasks
-from .timing import geomean
+from ..timing import geomean
 
 NUM_INPUTS = 50
 DEFAULT_SUBMISSION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "competition.py")
@@ -74,7 +74,7 @@ def _clone(data):
 
 
 def _inputs(problem, shape, seed, device, values):
-    from .testing import competition_inputs
+    from .harness import competition_inputs
 
     return competition_inputs(problem, shape, seed=seed, device=device, values=values)
 
@@ -83,7 +83,8 @@ def check(problem, data, output) -> tuple[bool, str]:
     """The output of custom_kernel(clone of data) against the exact reference."""
     import torch
 
-    from .testing import competition_reference, within_tolerance
+    from ..testing import within_tolerance
+    from .harness import competition_reference
 
     refs = competition_reference(problem, data)
     outs = output
@@ -143,7 +144,7 @@ def run_benchmark(path, problem, shape, recheck, max_repeats, max_time_ns):
     {"error": message}."""
     import torch
 
-    from .timing import should_stop, stats
+    from .harness import should_stop, stats
 
     fn = _custom_kernel(path)
     n_inputs = 1 if problem == "gemv" else NUM_INPUTS
@@ -196,7 +197,7 @@ def run_profile(path, problem, shape):
 
 
 def run_ceilings():
-    from .timing import measure_ceilings
+    from ..timing import measure_ceilings
 
     c = measure_ceilings()
     return {"device": c.device, "bandwidth": c.bandwidth, "fp16_rate": c.fp16_rate}
@@ -369,7 +370,7 @@ def report(result, out=sys.stdout):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_kernels.eval", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_kernels.gpumode.eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=("test", "benchmark", "leaderboard", "profile"))
     ap.add_argument("--problem", default="all", choices=tasks.PROBLEMS + ("all",))
