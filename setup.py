@@ -18,6 +18,7 @@ import shutil
 import subprocess
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEBUG = os.environ.get("DEBUG") == "1"
@@ -118,6 +119,17 @@ CPU_KERNELS = (
 )
 
 
+class BuildPy(build_py):
+    """The package, and csrc/ inside it (nvfp4_kernels/csrc): an installed package writes
+    competition bundles from those sources (nvfp4_kernels.gpumode.bundle)."""
+
+    def run(self):
+        super().run()
+        if not self.dry_run:
+            shutil.copytree(os.path.join(ROOT, "csrc"), os.path.join(self.build_lib, "nvfp4_kernels", "csrc"),
+                            dirs_exist_ok=True)
+
+
 class BuildExt(BuildExtension):
     """torch's build_ext, after the C library it links (plain `build_ext` would not build it)."""
 
@@ -129,5 +141,5 @@ class BuildExt(BuildExtension):
 setup(
     libraries=[CPU_KERNELS],
     ext_modules=[extension()],
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
 )

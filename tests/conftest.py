@@ -1,8 +1,8 @@
 """Shared fixtures: fresh random inputs per run, the devices to test, and the check.
 
-Every run draws new inputs (the seed is printed in the header; set NVFP4_SEED to
-replay one). Each test derives its own generator from the seed and its node id,
-so a failure can be replayed alone.
+Every run draws new inputs (the seed is printed in the header; `pytest --seed N`
+replays one). Each test derives its own generator from the seed and its node
+id, so a failure can be replayed alone.
 """
 
 import hashlib
@@ -13,15 +13,25 @@ import torch
 
 import nvfp4_kernels
 
-SEED = int(os.environ.get("NVFP4_SEED", int.from_bytes(os.urandom(4), "little")))
+SEED = int.from_bytes(os.urandom(4), "little")
 HAS_CUDA = nvfp4_kernels.WITH_CUDA and torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and a CUDA build of nvfp4_kernels")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=None, help="the seed of a run to replay (printed in its header)")
+
+
+def pytest_configure(config):
+    global SEED
+    if config.getoption("--seed") is not None:
+        SEED = config.getoption("--seed")
+
+
 def pytest_report_header(config):
     gpu = torch.cuda.get_device_name() if HAS_CUDA else "none"
-    return f"nvfp4: seed {SEED} (NVFP4_SEED to replay), CUDA kernels built: {nvfp4_kernels.WITH_CUDA}, GPU: {gpu}"
+    return f"nvfp4: seed {SEED} (--seed to replay), CUDA kernels built: {nvfp4_kernels.WITH_CUDA}, GPU: {gpu}"
 
 
 @pytest.fixture

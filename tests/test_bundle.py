@@ -1,6 +1,6 @@
 """python -m nvfp4_kernels.gpumode.bundle: one self-contained submission file. Here
-(no GPU needed) the file is written and inspected; scripts/gpu_check.sh
-compiles each bundle on the GPU and runs the eval on it."""
+(no GPU needed) the file is written and inspected; dev/gpu_eval.sh compiles
+each bundle on a GPU and runs the eval on it."""
 
 import ast
 

@@ -3,8 +3,8 @@
     python -m nvfp4_kernels.gpumode.bundle --problem {gemv,gemm,dual_gemm,group_gemm} -o FILE
 
 The file embeds the C/C++/CUDA sources of the CUDA path (csrc/: the C API,
-numerics, kernels, dispatcher and torch binding; not the CPU kernels) and this
-package's custom_kernel adapter (nvfp4_kernels/competition.py). At first
+numerics, kernels, planner and torch binding; not the CPU kernels) and this
+package's custom_kernel adapter (nvfp4_kernels/gpumode/competition.py). At first
 import it compiles them for the GPU it runs on with
 torch.utils.cpp_extension.load (ninja), cached by content under
 $NVFP4_BUNDLE_CACHE (default ~/.cache/nvfp4_kernels_bundle), and loads the
@@ -25,8 +25,11 @@ import sys
 
 from . import tasks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CSRC = os.path.join(ROOT, "csrc")
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(PACKAGE)
+# An installed package carries the sources inside it (setup.py, BuildPy); a source checkout has them beside it.
+CSRC = next((d for d in (os.path.join(PACKAGE, "csrc"), os.path.join(ROOT, "csrc")) if os.path.isdir(d)),
+            os.path.join(ROOT, "csrc"))
 ADAPTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "competition.py")
 IMPORT_LINE = "import nvfp4_kernels  # noqa: F401"
 OPS_LINE = "_ops = torch.ops.nvfp4\n"
@@ -56,6 +59,9 @@ def _load():
             with open(path, "w") as f:
                 f.write(text)
     os.makedirs(build, exist_ok=True)
+    if not any(f.endswith(".so") for f in os.listdir(build)):
+        print(f"nvfp4 bundle: compiling its CUDA kernels for sm_{{arch}} (first import only, a few minutes; "
+              f"cached in {{cache}})", file=__import__("sys").stderr, flush=True)
     # The toolkit's headers for the C++ file (torch guesses CUDA_HOME from the nvcc on PATH).
     cuda_inc = [d for d in (os.path.join(_ext.CUDA_HOME or "", "include"), "/usr/local/cuda/include")
                 if os.path.exists(os.path.join(d, "cuda_runtime_api.h"))][:1]
@@ -71,7 +77,7 @@ def _load():
             extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"] + defs,
             build_directory=build,
             is_python_module=False,
-            verbose=bool(os.environ.get("NVFP4_BUNDLE_VERBOSE")),
+            verbose=False,
         )
     finally:
         if saved is None:
@@ -88,7 +94,7 @@ _ops = _load()
 def sources() -> dict[str, str]:
     """csrc files of the CUDA build, relative path -> text."""
     if not os.path.isdir(CSRC):
-        raise SystemExit(f"no csrc/ beside the package ({CSRC}): bundles are written from a source checkout")
+        raise SystemExit(f"no C/CUDA sources at {CSRC}: reinstall the package, or run from a source checkout")
     paths = sorted(glob.glob(os.path.join(CSRC, "*.h")) + glob.glob(os.path.join(CSRC, "cuda", "*")))
     paths.append(os.path.join(CSRC, "torch_binding.cpp"))
     out = {}
@@ -112,6 +118,15 @@ def adapter() -> str:
 
 
 def version() -> str:
+    """The commit of a source checkout, else the installed package's version."""
+    if not os.path.isdir(os.path.join(ROOT, ".git")):
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as package_version
+
+        try:
+            return f"nvfp4-kernels {package_version('nvfp4-kernels')}"
+        except PackageNotFoundError:
+            return "nvfp4-kernels (version unknown)"
     try:
         rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              check=True).stdout.strip()

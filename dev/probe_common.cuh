@@ -1,14 +1,23 @@
-/* tools/probe_common.cuh - what the standalone probes in tools/ share: the
- * device they run on, and the kernels they time around (an L2 eviction by a
+/* dev/probe_common.cuh - what the trace tool (dev/trace.cu) times around: the
+ * device it runs on, CHECK(call) (print the failing CUDA call and exit), and
+ * the kernels it times around (an L2 eviction by a
  * read sweep, a spin so the host has queued what follows, a stamp of the
  * global timer: ns, the same clock on every SM). */
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include <cuda_runtime.h>
 
-#include "cuda_check.cuh"
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)
 
 struct ProbeDevice {
   int id, clock_khz, sms; /* clock_khz: the peak clock, cycles a ms */

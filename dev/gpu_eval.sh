@@ -2,8 +2,8 @@
 # The local GPU MODE evaluation on a GPU machine (no network): eval test and
 # benchmark of every problem through the installed package's submission and
 # through each one-file bundle, then a table comparing the two.
-#   bash scripts/gpu_eval.sh [problem ...]      (default: all four)
-# Run after a build (scripts/gpu_check.sh builds), or set BUILD=1. The bundles
+#   bash dev/gpu_eval.sh [problem ...]      (default: all four)
+# Run after a build (dev/gpu_check.sh builds), or set BUILD=1. The bundles
 # build at import with torch.utils.cpp_extension, which needs ninja: on a
 # machine without network, carry a wheel in .whl/ (pip download ninja -d .whl).
 set -uo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 WORK=${EVAL_WORK:-/tmp/nvfp4_eval}; mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
-if [ -x /usr/bin/g++ ] && [ "${NVFP4_KEEP_CXX:-0}" != 1 ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
+if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi  # as dev/gpu_check.sh
 python3 -c "import ninja" 2>/dev/null || python3 -m pip install -q --no-index --no-deps .whl/ninja*.whl
 if [ "${BUILD:-0}" = 1 ]; then
   MAX_JOBS=$(nproc) python3 -m pip install --no-build-isolation --no-deps -e . >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }

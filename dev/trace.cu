@@ -1,9 +1,9 @@
 /*
- * tools/trace.cu - where a kernel's time goes, phase by phase (development
+ * dev/trace.cu - where a kernel's time goes, phase by phase (development
  * tool; builds its own copy of the CUDA sources with -DNVFP4_TRACE, never part
  * of the extension). Build and run on a GPU machine:
  *
- *   bash tools/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
+ *   bash dev/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
  *
  * Per case: L2 evicted by a read sweep, a spin kernel of ~100 ms (so the host
  * has queued everything), a stamp kernel writing the global timer, event, the call
@@ -31,14 +31,14 @@
  * previous run: warmer than any call of the extension after a flush (torch's
  * reduction or fill kernels) or after other layers' kernels. "icache": ~256
  * KB of other code run on every SM first, so that the kernel's code is out of
- * those caches; it reproduced the extension's cold calls where unset did not
- * (PERF.md, session 45): use it to judge a kernel change's single calls.
+ * those caches; it reproduced the extension's cold calls where unset did not:
+ * use it to judge a kernel change's single calls.
  * "code": the same call on operands of its own (allocated 1 GB further on):
  * the kernel's code is then in L2 and the instruction caches, its operands
  * and their page-table entries not. "tlb": a read of one word per 64 KB of
  * the case's operand buffers: page tables walked, the data still in DRAM.
- * Neither moved an M = 128 gemm's start on an H100 (session 44), but both
- * were measured against warm instruction caches. Steps join with '+' and run
+ * Neither moved an M = 128 gemm's start on an H100, but both were measured
+ * against warm instruction caches. Steps join with '+' and run
  * in order: "code+icache" leaves the kernel's code in L2 but not in the
  * instruction caches (a cold call's misses then served by L2, not DRAM).
  */
@@ -56,9 +56,8 @@
 #include "../csrc/nvfp4.h"
 
 extern "C" cudaError_t nvfp4_trace_attach_sm90(unsigned long long *buf);
-extern "C" cudaError_t nvfp4_trace_attach_gemv(unsigned long long *buf);
+extern "C" cudaError_t nvfp4_trace_attach_gemv_dp4a(unsigned long long *buf);
 
-#include "cuda_check.cuh"
 #include "probe_common.cuh"
 
 __global__ void fill_kernel(uint8_t *p, size_t n, uint32_t seed, int scales) {
@@ -103,13 +102,13 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4 *a, size_t na, co
 }
 NVFP4_TRACE_ATTACH(read)
 #ifndef NVFP4_TRACE
-/* A plain build (TRACE_PLAIN=1 bash tools/trace.sh): the kernels without their
+/* A plain build (TRACE_PLAIN=1 bash dev/trace.sh): the kernels without their
  * points, exactly as the extension builds them, so only the event times are
  * printed. Compare kernel variants this way: the points change the code
  * around them and cost time, 2-4 us in a single wave and ~10 us over the four
- * waves of a 4096^3 gemm (272 us traced, 262 plain; PERF.md session 9). */
+ * waves of a 4096^3 gemm (272 us traced, 262 plain). */
 extern "C" cudaError_t nvfp4_trace_attach_sm90(unsigned long long *) { return cudaSuccess; }
-extern "C" cudaError_t nvfp4_trace_attach_gemv(unsigned long long *) { return cudaSuccess; }
+extern "C" cudaError_t nvfp4_trace_attach_gemv_dp4a(unsigned long long *) { return cudaSuccess; }
 extern "C" cudaError_t nvfp4_trace_attach_read(unsigned long long *) { return cudaSuccess; }
 #endif
 
@@ -248,12 +247,14 @@ int main(int argc, char **argv) {
       CHECK(cudaMalloc(&pw.c, (size_t)(c.batch * c.m * c.n * 2)));
       CHECK(cudaFree(spacer));
     }
-    const bool is_gemv = std::string(nvfp4_matmul_cuda_kernel_name(&p)) == "gemv_dp4a";
+    char plan[160] = "";
+    CHECK(nvfp4_matmul_cuda_describe(&p, 1, plan, sizeof plan) == NVFP4_OK ? cudaSuccess : cudaErrorInvalidValue);
+    const bool is_gemv = std::string(plan).rfind("gemv_dp4a", 0) == 0;
     const char **names = is_read ? point_names_read : is_gemv ? point_names_gemv : point_names_sm90;
     // the trace buffer to the case's kernel (off: to none, for TRACE_PRE=code's untraced call)
     auto attach = [&](bool on) {
       CHECK(nvfp4_trace_attach_sm90(on && !is_gemv && !is_read ? trace : nullptr));
-      CHECK(nvfp4_trace_attach_gemv(on && is_gemv && !is_read ? trace : nullptr));
+      CHECK(nvfp4_trace_attach_gemv_dp4a(on && is_gemv && !is_read ? trace : nullptr));
       CHECK(nvfp4_trace_attach_read(on && is_read ? trace : nullptr));
     };
     attach(true);
@@ -318,7 +319,7 @@ int main(int argc, char **argv) {
     int ctas = 0;
     while (ctas < max_ctas && tr[(size_t)ctas * NVFP4_TRACE_SLOTS] != 0) ctas++;
     printf("\n== %s%s %lldx%lldx%lld L%lld (%s): event %.2f us (min %.2f), %d CTAs\n", c.kind.c_str(), pre.empty() ? "" : (" pre=" + pre).c_str(),
-           (long long)c.m, (long long)c.n, (long long)c.k, (long long)c.batch, is_read ? "plain read" : nvfp4_matmul_cuda_kernel_name(&p), ms[r] * 1e3,
+           (long long)c.m, (long long)c.n, (long long)c.k, (long long)c.batch, is_read ? "plain read" : plan, ms[r] * 1e3,
            ms[order[0]] * 1e3, ctas);
     if (!ctas) continue;
     unsigned long long t0 = ~0ull, tend = 0;

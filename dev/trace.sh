@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build tools/trace.cu against a traced copy of the CUDA kernels (-DNVFP4_TRACE)
-# and run it: bash tools/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
+# Build dev/trace.cu against a traced copy of the CUDA kernels (-DNVFP4_TRACE)
+# and run it: bash dev/trace.sh gemm:128,7168,2048 gemv:7168,2048,4 ...
 # (sm_90a; the extension's build is untouched). Binary: ${TRACE_BIN:-/tmp/nvfp4_trace};
-# TRACE_FLAGS adds nvcc flags (experiment knobs such as -DNVFP4_EPI_U=4).
+# TRACE_FLAGS adds nvcc flags.
 # TRACE_PLAIN=1 builds the kernels without their trace points: event times
 # only, of the code the extension runs (use it to compare kernel variants).
 set -euo pipefail
@@ -12,5 +12,5 @@ TRACE_DEF=-DNVFP4_TRACE
 [ "${TRACE_PLAIN:-0}" = 1 ] && TRACE_DEF=
 nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA $TRACE_DEF --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
   -gencode=arch=compute_90a,code=sm_90a -Icsrc -o "$BIN" \
-  tools/trace.cu csrc/cuda/*.cu  # every kernel file, as tools/trace_ab.sh: a list here fell behind dispatch.cu once
+  dev/trace.cu csrc/cuda/*.cu  # every kernel file (as dev/trace_ab.sh)
 if [ $# -gt 0 ]; then "$BIN" "$@"; fi

@@ -1,8 +1,8 @@
-"""Condense the output of tools/bench_ab.sh runs to one table that fits a
+"""Condense the output of dev/bench_ab.sh runs to one table that fits a
 device call's output tail: a row per shape, a column per variant, each cell
 the rounds' times joined by '/'.
 
-    python3 tools/ab_summary.py gemv.log gemm.log comp.log
+    python3 dev/ab_summary.py gemv.log gemm.log comp.log
 
 Reads bench_gemv rows (call time, us), bench_gemm rows (kernel time, us) and
 benchmarks.competition rows (t_call:loop, us; "FAIL" where a check failed)."""

@@ -1,6 +1,7 @@
 """Every CUDA kernel once on small odd shapes, for compute-sanitizer
-(scripts/gpu_check.sh runs this under memcheck and racecheck). Exits non-zero
-if a result is wrong."""
+(dev/gpu_check.sh runs this under memcheck and racecheck, as the planner picks
+and with kernels forced by NVFP4_FORCE_KERNEL). Exits non-zero if a result is
+wrong."""
 
 import torch
 
@@ -29,7 +30,7 @@ def main():
     # the last 128-row tile of M = 130 / 161 / 200 runs wgmma of N = 32 / 64 / 96;
     # N = 1 takes the GEMV (its dual: the tensor cores), one 16-byte chunk per lane where rows are few:
     # (37, 512) and (2 x 37, 1024) with 16 and 32 lanes per row, (37, 8192) and (2 x 20, 16384) each row split
-    # along K over 4 and 8 warps (csrc/cuda/gemv.cu, GemvDeal); two chunks per lane where rows fill a wave of
+    # along K over 4 and 8 warps (csrc/cuda/gemv.cuh, GemvDeal); two chunks per lane where rows fill a wave of
     # warps (4224 on a 132-SM GPU): (4300, 256) with 4 lanes per row, (4300, 1024) blocked in row quads on
     # 264 CTAs (k CTAs per SM)
     cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
@@ -59,7 +60,7 @@ def main():
     # M or N <= 4: the GEMV kernel with 3 vectors (roles swapped, 8 lanes per row; K % 128 == 64: 2) and with
     # 2 (4 lanes); the dual of M = 3, 2 and 1: the GEMV's dual (B1 and B2 rows in one warp), 2, 2 and 8 lanes
     # per row (M = 1: each row split along K over 2 warps); 3 x 100 x 8192 and the dual 2 x 16 x 7168 on the
-    # integer-mma kernel (csrc/cuda/gemv.cu, takes_mma: 64 and 56 steps for a CTA's 16 warps)
+    # integer-mma kernel (csrc/cuda/plan.cu, gemv_mma_pays: 64 and 56 steps for a CTA's 16 warps)
     for m, n, k in [(3, 300, 512), (3, 300, 576), (129, 2, 128), (3, 100, 8192)]:
         a = random_operand(2, m, k, gen=gen, device=dev, layout="blocked")
         b = random_operand(2, n, k, gen=gen, device=dev, layout="linear")
@@ -69,10 +70,10 @@ def main():
         b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
         bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                          reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
-    # The GEMV's integer-mma kernel (csrc/cuda/gemv.cu, gemv_kernel_mma). M = 4: the dual 4 x 300 x 512 in
+    # The GEMV's integer-mma kernel (csrc/cuda/gemv_mma.cuh). M = 4: the dual 4 x 300 x 512 in
     # batches of 2 and the gemm 4 x 200 x 1024 (row sets split over warps, partials through shared memory), the
     # gemm 4 x 4000 x 256 (whole sets per warp); 4 x 32 (dual) or 64 (gemm) x 12288 in 66 batches (two CTAs per
-    # batch on 132 SMs, >= 12 steps a warp): two steps per item (mma_long_shares). M = 5..8 (takes_mma): the gemm
+    # batch on 132 SMs, >= 12 steps a warp): two steps per item (mma_cpl). M = 5..8 (gemv_mma_pays): the gemm
     # 6 x 200 x 1024 (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in
     # batches of 2, the dual 8 x 64 x 7168 and the gemm 6 x 96 x 7168 in 66 batches (two CTAs per batch, >= 160
     # steps: two steps per item); and the gemm 300 x 8 x 1024, a GEMV of B's 8 rows as given
@@ -96,8 +97,8 @@ def main():
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout="linear")
         bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-    # The mma.sync kernel (csrc/cuda/matmul_mma.cu; on Hopper K % 64 != 0, or NVFP4_MMA=1: also every case
-    # above but the GEMV op's): the cases of K = 48 and 1040 and the first group above take it; here K % 64 == 32
+    # The mma.sync kernel (csrc/cuda/matmul_mma.cu; on Hopper K % 64 != 0, or forced: also every case
+    # above): the cases of K = 48 and 1040 and the first group above take it; here K % 64 == 32
     # (16-byte copies, linear scale rows 2 bytes off a word: scales through registers), a dual of two 128-row
     # tiles, and views 8 bytes into each row (8-byte copies, scales 1 byte off)
     for op, L, m, n, k in [("gemm", 2, 70, 90, 96), ("dual", None, 200, 129, 1056)]:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build, then Nsight Compute reports of the tensor-core kernel on a few shapes
-# (key sections as text in $OUT/ncu_*.txt). Usage: bash scripts/ncu_gemm.sh "M N K" ...
+# Build, then Nsight Compute reports of one kernel on a few shapes (key
+# sections as text in $OUT/ncu_*.txt; KERNEL: a regex of the kernel's name,
+# default the wgmma kernel). Usage: bash dev/ncu.sh "M N K" "M N K dual" ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -8,10 +9,10 @@ if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
 MAX_JOBS=$(nproc) python3 -m pip install --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 for shape in "$@"; do
   tag=$(echo "$shape" | tr ' ' 'x')
-  timeout 300 ncu --clock-control none -k regex:matmul_sm90 -s 2 -c 1 \
+  timeout 300 ncu --clock-control none -k regex:${KERNEL:-matmul_sm90} -s 2 -c 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats \
     --section InstructionStats --section SourceCounters \
-    python3 scripts/profile_gemm.py $shape >"$OUT/ncu_$tag.txt" 2>&1
+    python3 dev/one_call.py $shape >"$OUT/ncu_$tag.txt" 2>&1
   echo "== $shape"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Issued Ipc|No Eligible|Active Warps Per|Eligible Warps|Stall|Warp Cycles Per Issued|Shared Memory|L2 Hit|DRAM Throughput|Registers|Grid Size|Cluster|Waves" "$OUT/ncu_$tag.txt" | head -40
 done

@@ -3,21 +3,22 @@
 # every GPU but Hopper (sm_90a SASS) and B200 (sm_100a) runs. A100 and Ada run
 # the sm_80 SASS; RTX 50, sm_103 and later the compute_80 PTX, compiled by the
 # driver. Both come from the same source paths (__CUDA_ARCH__ = 800):
-# numerics.h's prmt decoders instead of the e4m3 cvt, no wgmma kernel
-# (DeviceInfo::sm90_code is false, so the dispatcher never picks it), no
+# numerics.cuh's prmt decoders instead of the e4m3 cvt, no wgmma kernel
+# (DeviceInfo::sm90_code is false, so the planner never picks it), no
 # programmatic dependent launch.
 #
-# The extension is built as compute_80 PTX only, in a copy
-# (tools/bench_ab.sh's build step, /tmp/nvfp4_ab/ptx80); this GPU's driver
-# JIT-compiles it. Then pytest runs PYTEST_ARGS against that copy, and
-# tests/test_skinny.py once more with NVFP4_SKINNY=1.
+# The extension is built for sm_80 with compute_80 PTX, in a copy
+# (dev/bench_ab.sh's build step, /tmp/nvfp4_ab/ptx80); a Hopper's driver
+# JIT-compiles the PTX (sm_80 code does not run there). Then pytest runs
+# PYTEST_ARGS against that copy, and tests/test_skinny.py once more with the
+# skinny kernel forced wherever it can run.
 #
-#   bash scripts/ptx80_check.sh
-#   PYTEST_ARGS="tests/test_mma.py -x" bash scripts/ptx80_check.sh
-#   BUILD=0 bash scripts/ptx80_check.sh   # the copy an earlier step of the same call built
+#   bash dev/ptx80_check.sh
+#   PYTEST_ARGS="tests/test_mma.py -x" bash dev/ptx80_check.sh
+#   BUILD=0 bash dev/ptx80_check.sh   # the copy an earlier step of the same call built
 #
-# Speed of that path against another revision: tools/bench_ab.sh with
-# AB_GENCODE_NAME set (docs/PERF.md, session 49).
+# Speed of that path against another revision: dev/bench_ab.sh with
+# AB_ARCH_NAME=8.0+PTX.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -27,9 +28,8 @@ if ! python3 -c "import pytest" 2>/dev/null; then  # no network there: wheels ca
 fi
 if [ "${BUILD:-1}" = 1 ]; then
   t0=$(date +%s)
-  AB_VARIANTS='ptx80=' AB_GENCODE_ptx80=-gencode=arch=compute_80,code=compute_80 AB_STEP=build \
-    bash tools/bench_ab.sh 1 true || exit 1
-  echo "built (compute_80 PTX only) in $(($(date +%s) - t0)) s"
+  AB_VARIANTS='ptx80=' AB_ARCH_ptx80=8.0+PTX AB_STEP=build bash dev/bench_ab.sh 1 true || exit 1
+  echo "built (sm_80 and compute_80 PTX) in $(($(date +%s) - t0)) s"
 fi
 rm -rf "$dir/tests" && cp -r "$root/tests" "$dir/tests"
 cd "$dir" || exit 1
@@ -39,6 +39,6 @@ status=0
 python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/test_mma.py tests/test_ops.py tests/test_skinny.py \
   tests/test_quantize.py tests/test_numerics.py} 2>&1 | tail -5
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
-NVFP4_SKINNY=1 python3 -m pytest -q -p no:cacheprovider tests/test_skinny.py 2>&1 | tail -2 | sed "s/^/NVFP4_SKINNY=1: /"
+NVFP4_FORCE_KERNEL=skinny python3 -m pytest -q -p no:cacheprovider tests/test_skinny.py 2>&1 | tail -2 | sed "s/^/skinny forced: /"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 exit $status

@@ -1,5 +1,5 @@
 """One nvfp4 gemm (or dual) call of a given shape, after a warm-up, for Nsight
-Compute: ncu --clock-control none -k regex:matmul_sm90 -s 2 -c 1 python scripts/profile_gemm.py M N K [dual]"""
+Compute: ncu --clock-control none -k regex:matmul_sm90 -s 2 -c 1 python dev/one_call.py M N K [dual]"""
 
 import sys
 

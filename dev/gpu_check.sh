@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One command for a GPU machine with no network: build the extension, run the
+# whole test suite (GPU tests included; tests/test_kernels.py runs every kernel
+# forced in child processes), compute-sanitizer over dev/sanitize_cases.py and
+# the benchmarks, then print a short summary table last. Logs go to $OUT (or ./out).
+#
+#   bash dev/gpu_check.sh                 # everything
+#   SANITIZE=0 bash dev/gpu_check.sh      # skip compute-sanitizer
+#   BENCH_ARGS="--problem gemv" bash dev/gpu_check.sh
+#   PYTEST_ARGS="tests/test_tensor_cores.py -x" BENCH_GEMV=0 bash dev/gpu_check.sh
+#   BUILD=0 bash dev/gpu_check.sh         # the extension an earlier step of the same call built
+#   BENCH=0 BENCH_GEMM=0 BENCH_GEMV=0 bash dev/gpu_check.sh   # tests and sanitizers only
+#   SANITIZE_FORCES="auto mma:wk4" bash dev/gpu_check.sh      # the kernels forced under the sanitizers
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+if ! python3 -c "import pytest" 2>/dev/null; then  # no network there: wheels carried in .whl/
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+echo "== build"
+echo "toolchain: CC=${CC:-unset} CXX=${CXX:-unset}; g++ on PATH: $(command -v g++) ($(g++ -dumpfullversion 2>/dev/null))"
+# An extension built by a g++ other than the system's (one image points CXX at
+# /opt/gcc) carried its own copy of parts of libstdc++ and crashed in
+# std::ostream << long: build with the system compilers where they exist.
+if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
+t0=$(date +%s)
+build_rc=0
+if [ "${BUILD:-1}" = 1 ]; then
+  MAX_JOBS=$(nproc) NVFP4_NVCC_FLAGS=-Xptxas=-v python3 -m pip install -v --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>&1
+  build_rc=$?
+fi
+build_s=$(($(date +%s) - t0))
+grep -E "ptxas info +: (Used|Compiling)|spill" "$OUT/build.log" | grep -B1 -E "spill stores|Used" | grep -E "sm_90a|Used|spill" >"$OUT/ptxas.txt" || true
+if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; fi
+echo "built in ${build_s}s"
+
+echo "== tests"
+timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
+status=${PIPESTATUS[0]}
+test_line=$(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest.log" | tail -1)
+san_line="skipped"
+if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer"
+  san_line=""
+  # each tool as the planner picks, then with kernels forced (NVFP4_FORCE_KERNEL): every
+  # 128-row wgmma launch pre-decoded, the mma.sync kernel everywhere in 64 x 64 tiles
+  for tool in memcheck racecheck; do
+    for force in ${SANITIZE_FORCES:-auto wgmma:predecode mma:wk4}; do
+      log="$OUT/sanitize_${tool}_${force//:/_}.log"
+      if [ "$force" = auto ]; then unset NVFP4_FORCE_KERNEL; else export NVFP4_FORCE_KERNEL=$force; fi
+      timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 3 python3 dev/sanitize_cases.py >"$log" 2>&1
+      rc=$?
+      unset NVFP4_FORCE_KERNEL
+      tail -2 "$log"
+      san_line="$san_line $tool ($force): $([ $rc = 0 ] && echo clean || echo "rc=$rc")"
+      [ $rc = 0 ] || status=1
+    done
+  done
+fi
+
+if [ "${BENCH:-1}" = 1 ]; then
+  echo "== benchmark"
+  timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.competition --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+fi
+if [ "${BENCH_GEMM:-1}" = 1 ]; then
+  echo "== gemm benchmark"
+  timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_gemm --json "$OUT/gemm.json" --png "$OUT/gemm.png" ${BENCH_GEMM_ARGS:-} 2>&1 | tee "$OUT/gemm.log"
+fi
+if [ "${BENCH_GEMV:-1}" = 1 ]; then
+  echo "== gemv benchmark"
+  timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_gemv --json "$OUT/gemv.json" --png "$OUT/gemv.png" 2>&1 | tee "$OUT/gemv.log"
+fi
+
+echo
+echo "================ summary ================"
+echo "device:    $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+echo "build:     ok in ${build_s}s"
+echo "tests:     $test_line"
+echo "sanitizer:$san_line"
+if [ -f "$OUT/bench.log" ]; then
+  grep -E "^ceilings" "$OUT/bench.log"
+  grep -E "^(gemv|gemm|dual_gemm|group_gemm) " "$OUT/bench.log" | cut -c1-200
+fi
+if [ -f "$OUT/gemm.log" ]; then grep -E "competition shapes" "$OUT/gemm.log"; fi
+if [ -f "$OUT/gemv.log" ]; then grep -E "^competition shapes" "$OUT/gemv.log"; fi
+# the exit status: the tests' and the sanitizers' (the benchmarks print their own failures)
+exit "$status"
