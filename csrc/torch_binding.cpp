@@ -432,7 +432,7 @@ std::vector<Tensor> group_gemm(const at::TensorList as, const at::TensorList bs,
   return outs;
 }
 
-/* The GPU MODE harness's tensors (CONTRACT.md): a, b, c as (R, C, L) views of
+/* The GPU MODE harness's tensors (docs/competition.md): a, b, c as (R, C, L) views of
  * [L, R, C] memory; the permuted scales (32, 4, RB, 4, KB4, L) of
  * [L, RB, KB4, 32, 4, 4] memory. The competition_* ops below take them as
  * they come and read them through permuted Args, with no view tensors: host

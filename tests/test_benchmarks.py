@@ -1,17 +1,40 @@
-"""The competition benchmark's own group sizes (benchmarks/competition.py
---groups): parsed, run through submission.custom_kernel and checked against the
-reference like the task's shapes (on the CPU here: one call each)."""
+"""The competition demo (benchmarks/competition.py): its --groups option
+parsed, run through submission.custom_kernel and checked against the
+reference like the task's shapes (on the CPU here: one call each), and its
+output: a column header, a row per shape with the error against the reference,
+a total line."""
+
+import json
 
 import pytest
 
 from benchmarks import competition
 
 
-def test_groups_option_runs_and_checks_those_sizes(capsys):
-    assert competition.main(["--groups", "8,24,1x256x512", "--no-bf16"]) == 0
-    out = capsys.readouterr().out
-    assert "group_gemm G=3 M=[8, 24, 1] N=256 K=512" in out
-    assert "1 passed, 0 failed" in out
+def test_groups_option_runs_and_checks_those_sizes(capsys, tmp_path):
+    path = tmp_path / "rows.json"
+    assert competition.main(["--groups", "8,24,1x256x512", "--no-bf16", "--json", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("problem "))
+    for title in ("shape", "check", "err/tol", "max|err|"):
+        assert title in header
+    assert "time ms" in header or "t_call us" in header
+    row = next(line for line in lines if line.startswith("group_gemm "))
+    assert "G=3 [8,24,1]x256x512" in row
+    assert row.split()[3] == "ok"
+    assert lines.index(header) < lines.index(row)
+    assert lines[-1].startswith("total: 1 rows checked, all ok;")
+    assert " wall " in lines[-1]
+    saved = json.loads(path.read_text())
+    assert saved["total"]["rows"] == 1 and saved["total"]["failed"] == []
+    err = saved["rows"][0]["worst_err_over_tol"]
+    assert 0 <= err <= 1 and saved["rows"][0]["max_abs_err"] >= 0
+
+
+def test_group_rows_show_every_groups_sizes():
+    shape = {"m": [96, 128], "n": [128, 256], "k": [256, 512]}
+    assert competition.describe("group_gemm", shape) == "G=2 96x128x256 128x256x512"
+    assert competition.describe("gemv", {"m": 7168, "k": 16384, "l": 4}) == "7168x1x16384 L=4"
 
 
 @pytest.mark.parametrize("spec", ["8,24x256", "8,ax256x512", "x256x512"])
@@ -21,10 +44,27 @@ def test_groups_option_rejects_malformed_sizes(spec, capsys):
     assert "expected M1,M2,...xNxK" in capsys.readouterr().err
 
 
+GPU_ROW = {"problem": "gemm", "shape": "128x7168x2048 L=1", "ok": True, "t_call_us": 20.0, "sol_us": 5.0,
+           "frac_sol": 0.25, "t_loop_us": 16.0, "frac_sol_loop": 0.3125, "host_us": 8.0, "bf16_us": 13.0,
+           "speedup": 0.65, "worst_err_over_tol": 0.25, "max_abs_err": 1.5e-3}
+
+
 def test_row_shows_the_speedup_at_the_speed_of_light():
     """The bound a speedup target has to fit under: bf16 time over SOL time."""
-    row = {"problem": "gemm", "shape": "M=128 N=7168 K=2048 L=1", "ok": True, "t_call_us": 20.0, "sol_us": 5.0,
-           "frac_sol": 0.25, "t_loop_us": 16.0, "frac_sol_loop": 0.3125, "host_us": 8.0, "bf16_us": 13.0,
-           "speedup": 0.65}
-    line = competition.format_row(row, cuda=True)
-    assert line.endswith("bf16    13.0 x0.65 (at SOL x2.60)")
+    line = competition.format_row(GPU_ROW, cuda=True)
+    assert "bf16    13.0 x0.65 (at SOL x2.60)" in line
+
+
+def test_gpu_header_lines_up_with_its_rows():
+    """Each column title ends where its cell ends, the error columns last."""
+    header, line = competition.header(cuda=True, shape_width=30), competition.format_row(GPU_ROW, True, 30)
+    assert len(header) == len(line)
+    assert header.endswith("err/tol  max|err|") and line.endswith("0.250  1.50e-03")
+    assert header.index("t_call us") + len("t_call us") == line.index(" us SOL") + len(" us")
+
+
+def test_total_line_counts_the_failures():
+    rows = [GPU_ROW, dict(GPU_ROW, ok=False, worst_err_over_tol=float("nan"))]
+    line = competition.total_line(competition.totals(rows, 12.0), cuda=True)
+    assert line.startswith("total: 2 rows checked, 1 FAILED (gemm 128x7168x2048 L=1);")
+    assert "worst err/tol nan" in line and line.endswith("wall 12.0 s")

@@ -1,5 +1,5 @@
 """Layout helpers: inverse pairs round-trip, and the blocked layout puts every
-scale where CONTRACT.md says (an independent formula, not the helper's code)."""
+scale where docs/competition.md says (an independent formula, not the helper's code)."""
 
 import pytest
 import torch
@@ -25,7 +25,7 @@ def test_blocked_roundtrip_and_positions(gen, rows, kb, lead):
     rb, kb4 = -(-rows // 128), -(-kb // 4)
     assert blocked.shape == (*lead, rb, kb4, 32, 4, 4) and blocked.is_contiguous()
     assert torch.equal(layouts.from_blocked(blocked, rows, kb), sf)
-    # CONTRACT.md: row r, column j at atom (r // 128, j // 4), byte 16*(r%32) + 4*((r%128)//32) + j%4
+    # docs/competition.md: row r, column j at atom (r // 128, j // 4), byte 16*(r%32) + 4*((r%128)//32) + j%4
     flat = blocked.reshape(*lead, -1)
     r = torch.arange(rows).view(-1, 1)
     j = torch.arange(kb).view(1, -1)

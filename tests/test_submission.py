@@ -1,4 +1,4 @@
-"""submission.custom_kernel on competition-format inputs (CONTRACT.md layouts,
+"""submission.custom_kernel on competition-format inputs (docs/competition.md layouts,
 our full-range values), judged with the competition's tolerance. On the CPU only
 the smaller task shapes run (the large ones take minutes there)."""
 
