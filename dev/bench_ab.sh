@@ -29,7 +29,7 @@ names=()
 for e in "${entries[@]}"; do names+=("${e%%=*}"); done
 if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi  # as dev/gpu_check.sh
 if [ "$step" != run ]; then
-  jobs=$(($(nproc) / ${#entries[@]}))
+  jobs=${MAX_JOBS:-$(($(nproc) / ${#entries[@]}))}
   [ "$jobs" -ge 1 ] || jobs=1
   pids=()
   for e in "${entries[@]}"; do
