@@ -15,19 +15,24 @@ import json
 import os
 import sys
 
-import torch
-
-import nvfp4_kernels as nk
-from nvfp4_kernels.gpumode import competition, tasks
-from nvfp4_kernels.gpumode.harness import competition_inputs
-from nvfp4_kernels.testing import random_operand
 
 
 def digest(t):
-    return hashlib.sha256(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
+    """The first 16 hex digits of the sha256 of t's bytes, in row-major order."""
+    import torch
+
+    flat = t.detach().reshape(-1).clone()  # a fresh 1-D tensor, whatever t's strides
+    return hashlib.sha256(flat.view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 def battery(tiles_only):
+    import torch
+
+    import nvfp4_kernels as nk
+    from nvfp4_kernels.gpumode import competition, tasks
+    from nvfp4_kernels.gpumode.harness import competition_inputs
+    from nvfp4_kernels.testing import random_operand
+
     gen = torch.Generator(device="cuda").manual_seed(1234)
     out = {}
 
