@@ -35,8 +35,8 @@ cudaError_t skinny_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ct
  * dual or all not); empty problems get no tiles. */
 bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
 /* predecode: 1 pre-decodes the activations wherever the 128-row tile allows
- * (a test's forced variant); 0 where the cost model says. Writes the launch's
- * configuration into `what` (a short phrase) when it is not NULL. */
+ * (a test's forced variant); 0 where the cost model says. The describe
+ * functions write a launch's configuration as a short phrase into `what`. */
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int predecode, nvfp4_workspace_fn ws,
                                void *ctx, cudaStream_t stream);
 void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int predecode, bool workspace, char *what,

@@ -104,7 +104,6 @@ constexpr Rule RULES[] = {
     {Kernel::SIMT, View::GIVEN, true, always}, /* any shape, stride and alignment: ~0.02 of the speed of light */
 };
 
-
 /* Problem p as a rule's kernel sees it (false: that view does not exist).
  * VECTORS: p itself, not dual (a dual's B2 is A's partner, not more vectors);
  * SWAPPED: M <= 8 activation rows as the vectors, B (and B2) streamed. */
