@@ -17,11 +17,15 @@
 #include <Python.h>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <optional>
@@ -151,9 +155,11 @@ nvfp4_operand make_operand(const OpName &op, const Arg &data, const char *sf_nam
   } else if (sf.dim() == (batched ? 6 : 5)) {
     TORCH_CHECK_VALUE(sf.sizes() == blocked_shape, op, ": ", sf_name, " has shape ", sf.sizes(),
                       "; the blocked layout ", blocked(), " needs ", blocked_shape, " (rows=", rows, ", K=", K, ")");
-    // The atoms of one batch must be one contiguous array; dims of size 1 may have any stride.
-    int64_t expect = 1;
-    for (int64_t d = sf.dim() - 1; d >= (batched ? 1 : 0); d--) {
+    // The atoms of one batch must be one contiguous array; dims of size 1 may have any stride
+    // (and an empty grid, of an empty problem, any strides: nothing is read).
+    int64_t expect = 1, count = 1;
+    for (int64_t d = 0; d < sf.dim(); d++) count *= sf.size(d);
+    for (int64_t d = sf.dim() - 1; count && d >= (batched ? 1 : 0); d--) {
       TORCH_CHECK_VALUE(sf.size(d) == 1 || sf.stride(d) == expect, op, ": ", sf_name,
                         " (blocked layout) must be contiguous within each batch; strides are ", sf.strides());
       expect *= sf.size(d);
@@ -170,8 +176,24 @@ nvfp4_operand make_operand(const OpName &op, const Arg &data, const char *sf_nam
 void check_fp4_tensor(const OpName &op, const char *name, const Arg &t) {
   TORCH_CHECK_TYPE(is_fp4(t.dtype), op, ": ", name, " must be float4_e2m1fn_x2 or uint8 (two e2m1 codes per byte), got ",
                    t.dtype);
-  TORCH_CHECK_VALUE(t.dim() >= 1 && (t.stride(-1) == 1 || t.size(-1) == 1), op, ": ", name,
+  TORCH_CHECK_VALUE(t.dim() >= 1, op, ": ", name, " must have a dim of K/2 bytes, got a 0-dim tensor");
+  TORCH_CHECK_VALUE(t.stride(-1) == 1 || t.size(-1) == 1, op, ": ", name,
                     " must be contiguous along K (last-dim stride 1), got strides ", t.strides());
+}
+
+/* An out= tensor the op may write as torch.mm would: no two elements at one
+ * address (an expanded or stride-0 view), and no memory shared with an
+ * input (`inputs`: name and tensor; undefined ones skipped). */
+void check_writable(const OpName &op, const char *name, const Tensor &out,
+                    std::initializer_list<std::pair<const char *, const Tensor *>> inputs) {
+  TORCH_CHECK_VALUE(at::has_internal_overlap(out) != at::MemOverlap::Yes, op, ": ", name,
+                    " has elements that share memory (an expanded or stride-0 view); give it memory of its own");
+  for (const auto &[in_name, in] : inputs) {
+    if (!in || !in->defined()) continue;
+    const at::MemOverlapStatus st = at::get_overlap_status(out, *in);
+    TORCH_CHECK_VALUE(st != at::MemOverlapStatus::Full && st != at::MemOverlapStatus::Partial, op, ": ", name,
+                      " shares memory with ", in_name, "; give it memory of its own");
+  }
 }
 
 /* Validate one gemm-like problem (gemv when `vector`, dual when b2 is given). */
@@ -341,6 +363,7 @@ Tensor matmul_alloc(const char *op, bool vector, const Tensor &a, const Tensor &
 
 void gemv_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
               const std::optional<Tensor> &alpha, const Tensor &out) {
+  check_writable({"nvfp4.gemv"}, "out", out, {{"a", &a}, {"b", &b}, {"sfa", &sfa}, {"sfb", &sfb}, {"alpha", alpha ? &*alpha : nullptr}});
   matmul_out("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha, Arg(out, true));
 }
 
@@ -351,6 +374,7 @@ Tensor gemv(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &s
 
 void gemm_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
               const std::optional<Tensor> &alpha, const Tensor &out) {
+  check_writable({"nvfp4.gemm"}, "out", out, {{"a", &a}, {"b", &b}, {"sfa", &sfa}, {"sfb", &sfb}, {"alpha", alpha ? &*alpha : nullptr}});
   matmul_out("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha, Arg(out, true));
 }
 
@@ -361,6 +385,8 @@ Tensor gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &s
 
 void dual_gemm_out(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
                    const Tensor &sfb2, const Tensor &out) {
+  check_writable({"nvfp4.dual_gemm"}, "out", out,
+                 {{"a", &a}, {"b1", &b1}, {"b2", &b2}, {"sfa", &sfa}, {"sfb1", &sfb1}, {"sfb2", &sfb2}});
   const Arg b2_(b2), sfb2_(sfb2);
   matmul_out("nvfp4.dual_gemm", false, a, b1, &b2_, sfa, sfb1, &sfb2_, std::nullopt, Arg(out, true));
 }
@@ -417,6 +443,21 @@ void group_out(const Args &as, const Args &bs, const Args &sfas, const Args &sfb
 
 void group_gemm_out(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
                     const at::TensorList sfbs, const at::TensorList outs) {
+  // each out against its own group's inputs, and against the outs next to it in memory (sorted by address:
+  // two that overlap have an overlapping pair among neighbours), not every pair of a large group
+  c10::SmallVector<size_t, 8> order;
+  for (size_t g = 0; g < outs.size(); g++) {
+    const OpName op{"nvfp4.group_gemm", (int64_t)g};
+    if (g < as.size() && g < bs.size() && g < sfas.size() && g < sfbs.size())
+      check_writable(op, "out", outs[g], {{"a", &as[g]}, {"b", &bs[g]}, {"sfa", &sfas[g]}, {"sfb", &sfbs[g]}});
+    order.push_back(g);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return (uintptr_t)outs[x].const_data_ptr() < (uintptr_t)outs[y].const_data_ptr();
+  });
+  for (size_t i = 1; i < order.size(); i++)
+    check_writable({"nvfp4.group_gemm", (int64_t)order[i]}, "out", outs[order[i]],
+                   {{"the out of another group", &outs[order[i - 1]]}});
   group_out(args_of(as), args_of(bs), args_of(sfas), args_of(sfbs), args_of(outs, true));
 }
 
@@ -634,6 +675,26 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
   return {data, sf};
 }
 
+/* The ops have no derivative. A call that autograd would record (grad mode
+ * on, a tensor argument that requires grad: a float32 alpha or global scale,
+ * quantize's x) is refused, instead of returning outputs whose backward would
+ * do nothing; otherwise the call goes on below autograd. */
+void refuse_autograd(const c10::OperatorHandle &op, c10::DispatchKeySet keys, torch::jit::Stack *stack) {
+  const c10::FunctionSchema &schema = op.schema();
+  const size_t n = schema.arguments().size();
+  if (c10::GradMode::is_enabled()) {
+    for (size_t i = 0; i < n; i++) {
+      const c10::IValue &v = (*stack)[stack->size() - n + i];
+      bool grad = v.isTensor() && v.toTensor().requires_grad();
+      if (v.isTensorList())
+        for (const at::Tensor &t : v.toTensorVector()) grad = grad || t.requires_grad();
+      TORCH_CHECK_VALUE(!grad, "nvfp4.", schema.name().substr(schema.name().find("::") + 2), ": not differentiable, but ",
+                        schema.arguments()[i].name(), " requires grad; pass it .detach()ed or call under torch.no_grad()");
+    }
+  }
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
 }  // namespace
 
 /* The op namespace: nvfp4, or another name for a bundle built beside an
@@ -679,6 +740,12 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("kernel_name", &kernel_name);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
+/* The ops a float tensor that requires grad can reach (the competition ops take none). */
+NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, Autograd, m) {
+  for (const char *op : {"gemv", "gemv_out", "gemm", "gemm_out", "dual_gemm", "dual_gemm_out", "group_gemm",
+                         "group_gemm_out", "quantize"})
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_autograd>());
+}
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }
 
 /* An importable module whose loading runs the registrations above. */

@@ -7,17 +7,33 @@ The fake implementations give torch.compile the output shapes.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional, Sequence, Union
 
 import torch
 
 Alpha = Union[None, float, torch.Tensor]
 
+_FP32_MAX = 3.4028234663852886e38
+_FP32_TINY = 1.401298464324817e-45  # the smallest float32 subnormal
 
-def _alpha(alpha: Alpha) -> Optional[torch.Tensor]:
-    if alpha is None or isinstance(alpha, torch.Tensor):
-        return alpha
-    return torch.tensor(float(alpha), dtype=torch.float32)  # a CPU scalar: read on the host, no sync
+
+def _scalar(op: str, name: str, value: Alpha, positive: bool = False) -> Optional[torch.Tensor]:
+    """A Python number as a one-element float32 CPU tensor (read on the host: no sync); a tensor as
+    it is (the op checks it); anything else, or a number float32 cannot hold, a clear error."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"nvfp4.{op}: {name} must be a number or a one-element float32 tensor, "
+                        f"got {type(value).__name__} {value!r}")
+    f = float(value)
+    if not math.isfinite(f) or abs(f) > _FP32_MAX:
+        raise ValueError(f"nvfp4.{op}: {name}={value!r} is outside float32's range")
+    if positive and not f >= _FP32_TINY:
+        raise ValueError(f"nvfp4.{op}: {name}={value!r} must be positive and at least {_FP32_TINY:.3g} "
+                         "(float32's smallest)")
+    return torch.tensor(f, dtype=torch.float32)
 
 
 def gemv(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None) -> torch.Tensor:
@@ -29,8 +45,8 @@ def gemv(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = N
     alpha: None, a float, or a one-element float32 tensor (on the device: no sync).
     """
     if out is None:
-        return torch.ops.nvfp4.gemv(a, b, sfa, sfb, _alpha(alpha))
-    torch.ops.nvfp4.gemv_out(a, b, sfa, sfb, _alpha(alpha), out)
+        return torch.ops.nvfp4.gemv(a, b, sfa, sfb, _scalar("gemv", "alpha", alpha))
+    torch.ops.nvfp4.gemv_out(a, b, sfa, sfb, _scalar("gemv", "alpha", alpha), out)
     return out
 
 
@@ -40,8 +56,8 @@ def gemm(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = N
     a [L, M, K/2] or [M, K/2], b [L, N, K/2] or [N, K/2]; scales as for gemv.
     """
     if out is None:
-        return torch.ops.nvfp4.gemm(a, b, sfa, sfb, _alpha(alpha))
-    torch.ops.nvfp4.gemm_out(a, b, sfa, sfb, _alpha(alpha), out)
+        return torch.ops.nvfp4.gemm(a, b, sfa, sfb, _scalar("gemm", "alpha", alpha))
+    torch.ops.nvfp4.gemm_out(a, b, sfa, sfb, _scalar("gemm", "alpha", alpha), out)
     return out
 
 
@@ -85,7 +101,8 @@ def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear"):
     """
     if sf_layout not in ("linear", "blocked"):
         raise ValueError(f'nvfp4.quantize: sf_layout must be "linear" or "blocked", got {sf_layout!r}')
-    return torch.ops.nvfp4.quantize(x, _alpha(global_scale), sf_layout == "blocked")
+    return torch.ops.nvfp4.quantize(x, _scalar("quantize", "global_scale", global_scale, positive=True),
+                                    sf_layout == "blocked")
 
 
 def kernel_name(op: str, *args) -> str:
@@ -106,10 +123,15 @@ def kernel_name(op: str, *args) -> str:
 # that cannot wait for the real kernel is made here as well: one device.
 
 
-def _one_device(op, tensors):
+def _one_device(op, tensors, scalars=()):
+    """Every tensor on one device; each scalar (alpha, global_scale) there too, or a CPU scalar."""
     devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
     if len(devices) > 1:
         raise ValueError(f"nvfp4.{op}: all tensors must be on one device, got {sorted(map(str, devices))}")
+    for name, t in scalars:
+        if isinstance(t, torch.Tensor) and devices and t.device not in devices and t.device.type != "cpu":
+            raise ValueError(f"nvfp4.{op}: {name} is on {t.device} but the operands are on {devices.pop()} "
+                             "(a device tensor must be on theirs; a CPU scalar may go with any)")
 
 
 def _mm_shape(a, b, vector):
@@ -118,13 +140,13 @@ def _mm_shape(a, b, vector):
 
 @torch.library.register_fake("nvfp4::gemv")
 def _(a, b, sfa, sfb, alpha=None):
-    _one_device("gemv", (a, b, sfa, sfb))
+    _one_device("gemv", (a, b, sfa, sfb), [("alpha", alpha)])
     return a.new_empty(_mm_shape(a, b, True), dtype=torch.float16)
 
 
 @torch.library.register_fake("nvfp4::gemm")
 def _(a, b, sfa, sfb, alpha=None):
-    _one_device("gemm", (a, b, sfa, sfb))
+    _one_device("gemm", (a, b, sfa, sfb), [("alpha", alpha)])
     return a.new_empty(_mm_shape(a, b, False), dtype=torch.float16)
 
 
@@ -142,7 +164,7 @@ def _(as_, bs, sfas, sfbs):
 
 @torch.library.register_fake("nvfp4::quantize")
 def _(x, global_scale=None, blocked=False):
-    # global_scale may be a CPU scalar next to a device tensor
+    _one_device("quantize", (x,), [("global_scale", global_scale)])
     k = x.shape[-1]
     data = x.new_empty((*x.shape[:-1], k // 2), dtype=torch.uint8)
     if not blocked:
@@ -157,7 +179,9 @@ def _register_out_fake(name):
     def _(*args):
         flat = [t for arg in args for t in (arg if isinstance(arg, (list, tuple)) else (arg,))]
         # alpha (the only float32 argument) may be a CPU scalar next to device tensors
-        _one_device(name, [t for t in flat if isinstance(t, torch.Tensor) and t.dtype != torch.float32])
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        _one_device(name, [t for t in tensors if t.dtype != torch.float32],
+                    [("alpha", t) for t in tensors if t.dtype == torch.float32])
         return None
 
 

@@ -177,7 +177,9 @@ def test_errors(device):
     with pytest.raises(ValueError, match="one value"):
         nk.quantize(x, global_scale=torch.ones(2))
     for bad in (0.0, -1.0, float("inf"), float("nan")):
-        with pytest.raises(ValueError, match="finite and positive"):
+        with pytest.raises(ValueError, match="finite and positive"):  # as a tensor: the op's own check
+            nk.quantize(x, global_scale=torch.tensor(bad))
+        with pytest.raises(ValueError, match=r"global_scale=.* (must be positive|is outside float32's range)"):
             nk.quantize(x, global_scale=bad)
     with pytest.raises(ValueError, match="sf_layout"):
         nk.quantize(x, sf_layout="row")

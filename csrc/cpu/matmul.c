@@ -83,10 +83,11 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
   float lut[16];
   for (uint32_t code = 0; code < 16; code++) lut[code] = nvfp4_e2m1_to_float(code);
 
-  /* scratch: MB A rows, NB B rows, NB B2 rows */
-  float *buf = (float *)malloc(sizeof(float) * (size_t)k * (MB + NB * (dual ? 2 : 1)));
+  /* scratch: up to MB A rows, NB B rows and NB B2 rows, as many as the range has */
+  const int64_t mb_max = m1 - m0 < MB ? m1 - m0 : MB, nb_max = n1 - n0 < NB ? n1 - n0 : NB;
+  float *buf = (float *)malloc(sizeof(float) * (size_t)k * (size_t)(mb_max + nb_max * (dual ? 2 : 1)));
   if (!buf) return NVFP4_ERR_NO_MEMORY;
-  float *a_rows = buf, *b_rows = buf + MB * k, *b2_rows = b_rows + NB * k;
+  float *a_rows = buf, *b_rows = buf + mb_max * k, *b2_rows = b_rows + nb_max * k;
 
   for (int64_t l = 0; l < p->batch; l++) {
     uint16_t *c = p->c + l * p->c_batch_stride;
