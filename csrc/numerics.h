@@ -14,7 +14,7 @@
  *               same negated (8 is -0). No inf, no NaN.
  *   e4m3 (fp8): s e3..e0 m2..m0, bias 7, subnormals m * 2^-9, 0x7F/0xFF NaN,
  *               no inf, max 448.
- * e2m1 * e4m3 has at most 5 significant bits and lies in [2^-10, 2688]: exact
+ * e2m1 * e4m3 has at most 6 significant bits and lies in [2^-10, 2688]: exact
  * in fp16, bf16 and fp32, so the kernels' products equal the reference's.
  */
 #ifndef NVFP4_NUMERICS_H

@@ -6,7 +6,7 @@
  * thread pool. This is the correct-everywhere path, not the fast one.
  *
  * Dataflow: a block of MB rows of A is dequantized to fp32 once (exact:
- * e2m1 * e4m3 has 5 significant bits); for it, tiles of NB rows of B (and B2)
+ * e2m1 * e4m3 has at most 6 significant bits); for it, tiles of NB rows of B (and B2)
  * are dequantized in turn, and every (A row pair, B row pair) is dotted. The
  * dot keeps 8 independent fp32 lanes per output, so the compiler vectorizes it
  * without reassociating anything: fp32 accumulation, as the reference says

@@ -99,7 +99,7 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
  * - sm_89+: a code's bits dropped into an e4m3 byte (s 0 0 e1 e0 m 0 0) read
  *   value * 2^-6 exactly, subnormal 0.5 included (e4m3's exponent bias is 7,
  *   e2m1's 1); the hardware cvt turns two such bytes into fp16x2, and one
- *   fp16 multiply by the scale gives value * scale * 2^-6: at most 5
+ *   fp16 multiply by the scale gives value * scale * 2^-6: at most 6
  *   significant bits, the lowest no finer than 2^-16, magnitude at most 42.
  * - below sm_89 (no e4m3 cvt; cuda_fp8.h's fallback made the sm_80 code
  *   path ~10x slower): the bits dropped into the high
