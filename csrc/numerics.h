@@ -170,8 +170,32 @@ NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes
 }
 
 
-/* fp32 -> fp16 bits, round to nearest even, overflow to inf, NaN kept. Host
- * side only (the CPU kernels); device code uses __float2half_rn. */
+/* ---- 16-bit floats on the host (the CPU kernels; device code uses
+ * cuda_fp16.h / cuda_bf16.h) ------------------------------------------------ */
+
+/* fp16 bits -> float, exact. */
+static inline float nvfp4_half_bits_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3FFu;
+  if (e == 0) { /* zero or subnormal: m * 2^-24 */
+    float v = (float)m * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (e == 31) return nvfp4_bits_to_float(sign | 0x7F800000u | (m << 13)); /* inf, NaN */
+  return nvfp4_bits_to_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* bf16 bits -> float, exact. */
+static inline float nvfp4_bf16_bits_to_float(uint16_t h) { return nvfp4_bits_to_float((uint32_t)h << 16); }
+
+/* fp32 -> bf16 bits, round to nearest even, NaN kept (quiet). */
+static inline uint16_t nvfp4_float_to_bf16_bits(float f) {
+  uint32_t x = nvfp4_float_bits(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x40u);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+/* fp32 -> fp16 bits, round to nearest even, overflow to inf, NaN kept. */
 static inline uint16_t nvfp4_float_to_half_bits(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);

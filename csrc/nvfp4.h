@@ -10,8 +10,11 @@
  * Numbers (see nvfp4_kernels/reference.py, the executable definition):
  *   value(r, k) = e2m1(code(r, k)) * e4m3(scale(r, k / 16))
  *   C[l, m, n]  = sum_k A[l, m, k] * B[l, n, k]      (fp32 accumulation)
- *   gemm:  out = fp16(alpha * C)
- *   dual:  out = fp16(silu(C1) * C2), silu and product in fp32
+ *   gemm:  out = c_type(fp32(alpha * C) + bias[n])   (the bias where given)
+ *   dual:  out = c_type(silu(fp32(alpha * C1)) * fp32(alpha2 * C2)), in fp32
+ * c_type is fp16 or bf16, rounded to nearest even. A W4A16 problem's A holds
+ * fp16 or bf16 values instead of NVFP4 (a_type): every product is still exact
+ * in fp32 (an e2m1 x e4m3 weight has at most 6 significant bits).
  *
  * Operand memory: row r of batch l starts at data + l*batch_stride + r*row_stride
  * (bytes) and holds K/2 bytes, two codes per byte, the LOW nibble first (even k).
@@ -52,17 +55,29 @@ typedef struct nvfp4_operand {
   int32_t sf_layout;          /* enum nvfp4_sf_layout                  */
 } nvfp4_operand;
 
+/* Element types: a problem's output (F16, BF16), its bias (F32, F16, BF16),
+ * its activations (E2M1: NVFP4 codes and scales; F16 or BF16: W4A16), and
+ * quantize's input (F32, F16, BF16). */
+enum nvfp4_type { NVFP4_E2M1 = 0, NVFP4_F16 = 1, NVFP4_BF16 = 2, NVFP4_F32 = 3 };
+
 /* One problem: C[l] = A[l] (m x k) times B[l]^T (k x n), l < batch. */
 typedef struct nvfp4_matmul {
-  int64_t m, n, k, batch;     /* k is a positive multiple of 16            */
-  nvfp4_operand a;            /* m rows                                    */
-  nvfp4_operand b;            /* n rows                                    */
-  nvfp4_operand b2;           /* n rows; data == NULL unless dual          */
-  uint16_t *c;                /* fp16 bits                                 */
-  int64_t c_batch_stride;     /* elements                                  */
-  int64_t c_row_stride;       /* elements; columns are contiguous          */
-  const float *alpha_ptr;     /* NULL, or one float in the kernel's memory */
-  float alpha;                /* used when alpha_ptr is NULL               */
+  int64_t m, n, k, batch;     /* k is a positive multiple of 16                 */
+  nvfp4_operand a;            /* m rows (a_type F16 / BF16: k 2-byte values a
+                                 row, sf unused; strides still in bytes)        */
+  nvfp4_operand b;            /* n rows                                         */
+  nvfp4_operand b2;           /* n rows; data == NULL unless dual               */
+  void *c;                    /* c_type values                                  */
+  int64_t c_batch_stride;     /* elements                                       */
+  int64_t c_row_stride;       /* elements; columns are contiguous               */
+  const float *alpha_ptr;     /* NULL, or one float in the kernel's memory      */
+  const float *alpha2_ptr;    /* dual: the second product's, likewise           */
+  const void *bias;           /* NULL, or n values of bias_type (not for dual)  */
+  float alpha;                /* used when alpha_ptr is NULL                    */
+  float alpha2;               /* used when alpha2_ptr is NULL (1 for none)      */
+  int32_t a_type;             /* NVFP4_E2M1, or NVFP4_F16 / NVFP4_BF16 (W4A16)  */
+  int32_t c_type;             /* NVFP4_F16 or NVFP4_BF16                        */
+  int32_t bias_type;          /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16             */
 } nvfp4_matmul;
 
 /* Quantization to NVFP4 (nvfp4_quantize_block in numerics.h, per 16 values):
@@ -71,12 +86,11 @@ typedef struct nvfp4_matmul {
  * scales, written as an operand reads them (data K-major, low nibble first;
  * scales in either layout). The blocked layout's padding (rows up to a
  * multiple of 128, scale columns up to a multiple of 4) is written as 0. */
-enum nvfp4_float_type { NVFP4_F32 = 0, NVFP4_F16 = 1, NVFP4_BF16 = 2 };
 
 typedef struct nvfp4_quantize {
   int64_t rows, k, batch;
   const void *x;              /* element (l, r, i) at x + l*x_batch_stride + r*x_row_stride + i */
-  int32_t x_type;             /* enum nvfp4_float_type                          */
+  int32_t x_type;             /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16             */
   int64_t x_batch_stride;     /* elements                                       */
   int64_t x_row_stride;       /* elements                                       */
   uint8_t *data;              /* codes: as nvfp4_operand.data                   */
@@ -131,7 +145,7 @@ nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);
 
 /* The plan nvfp4_matmul_cuda_ws (with a workspace) would launch for these
  * problems on the current device, as text into buf (at most len bytes): the
- * kernel's name (gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt), then its
+ * kernel's name (w4a16, gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt), then its
  * configuration in brackets where it has one, e.g. "wgmma (128-row tiles,
  * split-K 2)". csrc/cuda/plan.cu says how it is chosen. */
 nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len);

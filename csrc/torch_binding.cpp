@@ -12,12 +12,18 @@
  *   scales     linear  [L, R, K/16]                         e4m3fn or uint8
  *              blocked [L, ceil(R/128), ceil(K/64), 32, 4, 4]  (nvfp4.h)
  *   gemv's b   [L, K/2] with scales [L, K/16] or [L, 1, ceil(K/64), 32, 4, 4]
- *   output     fp16 [L, M, N] (gemv: [L, M]), last dim contiguous
+ *   W4A16's x  [L, M, K] (or [..., M, K] with an unbatched weight) fp16 / bf16
+ *   output     fp16 or bf16 [L, M, N] (gemv: [L, M]), last dim contiguous
+ *   alpha      a one-element float32 tensor (CPU: read on the host; else on
+ *              the operands' device, read by the kernel); group_gemm's alphas
+ *              one per group, [G]
+ *   bias       [N] float32, float16 or bfloat16 on the operands' device
  */
 #include <Python.h>
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
@@ -196,14 +202,40 @@ void check_writable(const OpName &op, const char *name, const Tensor &out,
   }
 }
 
-/* Validate one gemm-like problem (gemv when `vector`, dual when b2 is given). */
-Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2, const Arg &sfa, const Arg &sfb,
+/* A one-element float32 scalar argument (alpha, alpha1, alpha2): its value
+ * when on the CPU (host memory: no synchronisation), else its address on the
+ * operands' device. */
+void set_scalar(const OpName &op, const char *name, const Tensor &t, const at::Device &device, float &value,
+                const float *&ptr) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, op, ": ", name, " must be a float32 tensor, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.numel() == 1, op, ": ", name, " must hold one value, got shape ", t.sizes());
+  if (t.device().is_cpu()) {
+    value = t.item<float>();
+  } else {
+    TORCH_CHECK_VALUE(t.device() == device, op, ": ", name, " is on ", t.device(), " but a is on ", device);
+    ptr = t.const_data_ptr<float>();
+  }
+}
+
+/* Validate one gemm-like problem (gemv when `vector`, dual when b2 is given).
+ * sfa == nullptr: W4A16, a holds fp16 or bf16 values [L?, M, K]. */
+Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2, const Arg *sfa, const Arg &sfb,
                      const Arg *sfb2, const std::optional<Tensor> &alpha, bool vector) {
   Problem pr;
-  check_fp4_tensor(op, "a", a);
+  const bool w4a16 = sfa == nullptr;
+  const char *a_name = w4a16 ? "x" : "a";
+  if (w4a16) {
+    TORCH_CHECK_TYPE(a.dtype == at::kHalf || a.dtype == at::kBFloat16, op, ": x must be float16 or bfloat16, got ",
+                     a.dtype);
+    TORCH_CHECK_VALUE(a.dim() >= 1 && (a.stride(-1) == 1 || a.size(-1) == 1), op,
+                      ": x must be contiguous along K (last-dim stride 1), got strides ", a.strides());
+  } else {
+    check_fp4_tensor(op, "a", a);
+  }
   check_fp4_tensor(op, b2 ? "b1" : "b", b);
   if (b2) check_fp4_tensor(op, "b2", *b2);
-  TORCH_CHECK_VALUE(a.dim() == 2 || a.dim() == 3, op, ": a must be [M, K/2] or [L, M, K/2], got shape ", a.sizes());
+  TORCH_CHECK_VALUE(a.dim() == 2 || a.dim() == 3, op, ": ", a_name, " must be [M, ", w4a16 ? "K" : "K/2", "] or [L, M, ",
+                    w4a16 ? "K" : "K/2", "], got shape ", a.sizes());
   const bool batched = a.dim() == 3;
   const int64_t b_rank = a.dim() - (vector ? 1 : 0);
   const char *bname = b2 ? "b1" : "b";
@@ -212,14 +244,18 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2
                     "), got shape ", b.sizes());
   if (b2)
     TORCH_CHECK_VALUE(b2->sizes() == b.sizes(), op, ": b2 has shape ", b2->sizes(), " but b1 has ", b.sizes());
-  const int64_t K = 2 * a.size(-1);
-  TORCH_CHECK_VALUE(b.size(-1) == a.size(-1), op, ": ", bname, " has K/2=", b.size(-1), " but a has K/2=",
-                    a.size(-1));
-  TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (= 2 * a.shape[-1] = ", K,
+  const int64_t K = w4a16 ? a.size(-1) : 2 * a.size(-1);
+  if (w4a16) {
+    TORCH_CHECK_VALUE(2 * b.size(-1) == K, op, ": ", bname, " has K/2=", b.size(-1), " but x has K=", K);
+  } else {
+    TORCH_CHECK_VALUE(b.size(-1) == a.size(-1), op, ": ", bname, " has K/2=", b.size(-1), " but a has K/2=",
+                      a.size(-1));
+  }
+  TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (= ", w4a16 ? "x.shape[-1]" : "2 * a.shape[-1]", " = ", K,
                     ") must be a positive multiple of 16 (one e4m3 scale per 16 values)");
   const int64_t L = batched ? a.size(0) : 1;
   if (batched)
-    TORCH_CHECK_VALUE(b.size(0) == L, op, ": ", bname, " has L=", b.size(0), " but a has L=", a.size(0));
+    TORCH_CHECK_VALUE(b.size(0) == L, op, ": ", bname, " has L=", b.size(0), " but ", a_name, " has L=", a.size(0));
   const int64_t M = a.size(-2), N = vector ? 1 : b.size(-2);
 
   pr.device = a.device;
@@ -227,7 +263,7 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2
     TORCH_CHECK_VALUE(d == pr.device, op, ": ", name, " is on ", d, " but a is on ", pr.device);
   };
   same_device(bname, b.device);
-  same_device("sfa", sfa.device);
+  if (sfa) same_device("sfa", sfa->device);
   same_device(b2 ? "sfb1" : "sfb", sfb.device);
   if (b2) same_device("b2", b2->device), same_device("sfb2", sfb2->device);
   TORCH_CHECK_VALUE(pr.device.is_cpu() || pr.device.is_cuda(), op, ": tensors on ", pr.device,
@@ -235,21 +271,19 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2
 
   nvfp4_matmul &p = pr.p;
   p.m = M, p.n = N, p.k = K, p.batch = L;
-  p.a = make_operand(op, a, "sfa", sfa, batched, L, M, K, true);
+  if (w4a16) {
+    p.a.data = static_cast<const uint8_t *>(a.ptr);
+    p.a.row_stride = a.stride(-2) * 2, p.a.batch_stride = batched ? a.stride(0) * 2 : 0;
+    p.a_type = a.dtype == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  } else {
+    p.a = make_operand(op, a, "sfa", *sfa, batched, L, M, K, true);
+    p.a_type = NVFP4_E2M1;
+  }
   p.b = make_operand(op, b, b2 ? "sfb1" : "sfb", sfb, batched, L, N, K, !vector);
   if (b2) p.b2 = make_operand(op, *b2, "sfb2", *sfb2, batched, L, N, K, true);
-  p.alpha = 1.0f;
-  if (alpha) {
-    const Tensor &al = *alpha;
-    TORCH_CHECK_TYPE(al.scalar_type() == at::kFloat, op, ": alpha must be a float32 tensor, got ", al.scalar_type());
-    TORCH_CHECK_VALUE(al.numel() == 1, op, ": alpha must hold one value, got shape ", al.sizes());
-    if (al.device().is_cpu())
-      p.alpha = al.item<float>();  // host memory: no synchronisation
-    else {
-      same_device("alpha", al.device());
-      p.alpha_ptr = al.const_data_ptr<float>();
-    }
-  }
+  p.alpha = p.alpha2 = 1.0f;
+  p.c_type = NVFP4_F16;
+  if (alpha) set_scalar(op, b2 ? "alpha1" : "alpha", *alpha, pr.device, p.alpha, p.alpha_ptr);
   if (batched) pr.out_shape.push_back(L);
   pr.out_shape.push_back(M);
   if (!vector) pr.out_shape.push_back(N);
@@ -258,7 +292,8 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2
 
 /* Point the problem at `out` (an Arg made writable) after checking it. */
 void bind_out(const OpName &op, Problem &pr, const Arg &out, bool vector) {
-  TORCH_CHECK_TYPE(out.dtype == at::kHalf, op, ": out must be float16, got ", out.dtype);
+  TORCH_CHECK_TYPE(out.dtype == at::kHalf || out.dtype == at::kBFloat16, op, ": out must be float16 or bfloat16, got ",
+                   out.dtype);
   TORCH_CHECK_VALUE(out.device == pr.device, op, ": out is on ", out.device, " but a is on ", pr.device);
   TORCH_CHECK_VALUE(out.sizes() == pr.out_shape.ref(), op, ": out has shape ", out.sizes(), ", expected ",
                     pr.out_shape.ref());
@@ -267,7 +302,8 @@ void bind_out(const OpName &op, Problem &pr, const Arg &out, bool vector) {
     TORCH_CHECK_VALUE(out.stride(-1) == 1 || out.size(-1) <= 1, op,
                       ": out must be contiguous along N (last-dim stride 1), got strides ", out.strides());
   nvfp4_matmul &p = pr.p;
-  p.c = static_cast<uint16_t *>(out.ptr);
+  p.c = out.ptr;
+  p.c_type = out.dtype == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
   p.c_row_stride = vector ? out.stride(-1) : out.stride(-2);
   p.c_batch_stride = batched ? out.stride(0) : 0;
 }
@@ -333,29 +369,66 @@ void run(const OpName &op, const nvfp4_matmul *problems, size_t count, const at:
 #endif
 }
 
-Tensor alloc_out(const Problem &pr, const Tensor &like) {
-  return at::empty(pr.out_shape.ref(), like.options().dtype(at::kHalf));
+/* The output dtype an allocating op was asked for: float16 (default) or bfloat16. */
+at::ScalarType out_type(const OpName &op, const std::optional<at::ScalarType> &out_dtype,
+                        at::ScalarType fallback = at::kHalf) {
+  const at::ScalarType t = out_dtype.value_or(fallback);
+  TORCH_CHECK_TYPE(t == at::kHalf || t == at::kBFloat16, op, ": out_dtype must be torch.float16 or torch.bfloat16, got ",
+                   t);
+  return t;
+}
+
+Tensor alloc_out(const Problem &pr, const Tensor &like, at::ScalarType type) {
+  return at::empty(pr.out_shape.ref(), like.options().dtype(type));
+}
+
+/* The epilogue's optional tensors of a call: alpha (alpha1 of a dual), a
+ * dual's alpha2, a gemm's bias [N]. */
+struct Epi {
+  const std::optional<Tensor> &alpha, &alpha2, &bias;
+};
+const std::optional<Tensor> NONE;
+const Epi NO_EPI{NONE, NONE, NONE};
+
+/* alpha2 and the bias, after make_problem (which takes alpha). */
+void set_epilogue(const OpName &op, Problem &pr, const Epi &e) {
+  nvfp4_matmul &p = pr.p;
+  if (e.alpha2) set_scalar(op, "alpha2", *e.alpha2, pr.device, p.alpha2, p.alpha2_ptr);
+  if (!e.bias) return;
+  const Tensor &t = *e.bias;
+  const at::ScalarType type = t.scalar_type();
+  TORCH_CHECK_TYPE(type == at::kFloat || type == at::kHalf || type == at::kBFloat16, op,
+                   ": bias must be float32, float16 or bfloat16, got ", type);
+  TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == p.n, op, ": bias must be [N] = [", p.n, "], got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.device() == pr.device, op, ": bias is on ", t.device(), " but the operands are on ", pr.device);
+  TORCH_CHECK_VALUE(t.stride(0) == 1 || t.size(0) <= 1, op, ": bias must be contiguous, got stride ", t.stride(0));
+  p.bias = t.const_data_ptr();
+  p.bias_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
 }
 
 // ---- ops -------------------------------------------------------------------
 
 /* One gemv / gemm / dual problem: validate, bind the output, run. b2 and sfb2
- * are given for dual. */
-void matmul_out(const char *op, bool vector, const Arg &a, const Arg &b, const Arg *b2, const Arg &sfa,
-                const Arg &sfb, const Arg *sfb2, const std::optional<Tensor> &alpha, const Arg &out) {
-  Problem pr = make_problem({op}, a, b, b2, sfa, sfb, sfb2, alpha, vector);
+ * are given for dual; sfa == nullptr for W4A16 (a holds 16-bit values). */
+void matmul_out(const char *op, bool vector, const Arg &a, const Arg &b, const Arg *b2, const Arg *sfa,
+                const Arg &sfb, const Arg *sfb2, const Epi &e, const Arg &out) {
+  Problem pr = make_problem({op}, a, b, b2, sfa, sfb, sfb2, e.alpha, vector);
+  set_epilogue({op}, pr, e);
   bind_out({op}, pr, out, vector);
   run({op}, &pr.p, 1, pr.device);
 }
 
-/* The same, the output allocated. */
-Tensor matmul_alloc(const char *op, bool vector, const Tensor &a, const Tensor &b, const Tensor *b2, const Tensor &sfa,
-                    const Tensor &sfb, const Tensor *sfb2, const std::optional<Tensor> &alpha) {
-  const Arg a_(a), b_(b), sfa_(sfa), sfb_(sfb);
+/* The same, the output allocated (of `type`). */
+Tensor matmul_alloc(const char *op, bool vector, const Tensor &a, const Tensor &b, const Tensor *b2, const Tensor *sfa,
+                    const Tensor &sfb, const Tensor *sfb2, const Epi &e, at::ScalarType type) {
+  const Arg a_(a), b_(b), sfb_(sfb);
+  const std::optional<Arg> sfa_ = sfa ? std::optional<Arg>(*sfa) : std::nullopt;
   const std::optional<Arg> b2_ = b2 ? std::optional<Arg>(*b2) : std::nullopt;
   const std::optional<Arg> sfb2_ = sfb2 ? std::optional<Arg>(*sfb2) : std::nullopt;
-  Problem pr = make_problem({op}, a_, b_, b2 ? &*b2_ : nullptr, sfa_, sfb_, sfb2 ? &*sfb2_ : nullptr, alpha, vector);
-  Tensor out = alloc_out(pr, a);
+  Problem pr = make_problem({op}, a_, b_, b2 ? &*b2_ : nullptr, sfa ? &*sfa_ : nullptr, sfb_,
+                            sfb2 ? &*sfb2_ : nullptr, e.alpha, vector);
+  set_epilogue({op}, pr, e);
+  Tensor out = alloc_out(pr, a, type);
   bind_out({op}, pr, Arg(out, true), vector);
   run({op}, &pr.p, 1, pr.device);
   return out;
@@ -364,36 +437,119 @@ Tensor matmul_alloc(const char *op, bool vector, const Tensor &a, const Tensor &
 void gemv_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
               const std::optional<Tensor> &alpha, const Tensor &out) {
   check_writable({"nvfp4.gemv"}, "out", out, {{"a", &a}, {"b", &b}, {"sfa", &sfa}, {"sfb", &sfb}, {"alpha", alpha ? &*alpha : nullptr}});
-  matmul_out("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha, Arg(out, true));
+  const Arg sfa_(sfa);
+  matmul_out("nvfp4.gemv", true, a, b, nullptr, &sfa_, sfb, nullptr, {alpha, NONE, NONE}, Arg(out, true));
 }
 
 Tensor gemv(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
-            const std::optional<Tensor> &alpha) {
-  return matmul_alloc("nvfp4.gemv", true, a, b, nullptr, sfa, sfb, nullptr, alpha);
+            const std::optional<Tensor> &alpha, std::optional<at::ScalarType> out_dtype) {
+  return matmul_alloc("nvfp4.gemv", true, a, b, nullptr, &sfa, sfb, nullptr, {alpha, NONE, NONE},
+                      out_type({"nvfp4.gemv"}, out_dtype));
 }
 
 void gemm_out(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
-              const std::optional<Tensor> &alpha, const Tensor &out) {
-  check_writable({"nvfp4.gemm"}, "out", out, {{"a", &a}, {"b", &b}, {"sfa", &sfa}, {"sfb", &sfb}, {"alpha", alpha ? &*alpha : nullptr}});
-  matmul_out("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha, Arg(out, true));
+              const std::optional<Tensor> &alpha, const std::optional<Tensor> &bias, const Tensor &out) {
+  check_writable({"nvfp4.gemm"}, "out", out, {{"a", &a}, {"b", &b}, {"sfa", &sfa}, {"sfb", &sfb}, {"alpha", alpha ? &*alpha : nullptr},
+                                             {"bias", bias ? &*bias : nullptr}});
+  const Arg sfa_(sfa);
+  matmul_out("nvfp4.gemm", false, a, b, nullptr, &sfa_, sfb, nullptr, {alpha, NONE, bias}, Arg(out, true));
 }
 
 Tensor gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const Tensor &sfb,
-            const std::optional<Tensor> &alpha) {
-  return matmul_alloc("nvfp4.gemm", false, a, b, nullptr, sfa, sfb, nullptr, alpha);
+            const std::optional<Tensor> &alpha, const std::optional<Tensor> &bias,
+            std::optional<at::ScalarType> out_dtype) {
+  return matmul_alloc("nvfp4.gemm", false, a, b, nullptr, &sfa, sfb, nullptr, {alpha, NONE, bias},
+                      out_type({"nvfp4.gemm"}, out_dtype));
 }
 
 void dual_gemm_out(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
-                   const Tensor &sfb2, const Tensor &out) {
+                   const Tensor &sfb2, const std::optional<Tensor> &alpha1, const std::optional<Tensor> &alpha2,
+                   const Tensor &out) {
   check_writable({"nvfp4.dual_gemm"}, "out", out,
-                 {{"a", &a}, {"b1", &b1}, {"b2", &b2}, {"sfa", &sfa}, {"sfb1", &sfb1}, {"sfb2", &sfb2}});
-  const Arg b2_(b2), sfb2_(sfb2);
-  matmul_out("nvfp4.dual_gemm", false, a, b1, &b2_, sfa, sfb1, &sfb2_, std::nullopt, Arg(out, true));
+                 {{"a", &a}, {"b1", &b1}, {"b2", &b2}, {"sfa", &sfa}, {"sfb1", &sfb1}, {"sfb2", &sfb2},
+                  {"alpha1", alpha1 ? &*alpha1 : nullptr}, {"alpha2", alpha2 ? &*alpha2 : nullptr}});
+  const Arg b2_(b2), sfb2_(sfb2), sfa_(sfa);
+  matmul_out("nvfp4.dual_gemm", false, a, b1, &b2_, &sfa_, sfb1, &sfb2_, {alpha1, alpha2, NONE}, Arg(out, true));
 }
 
 Tensor dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tensor &sfa, const Tensor &sfb1,
-                 const Tensor &sfb2) {
-  return matmul_alloc("nvfp4.dual_gemm", false, a, b1, &b2, sfa, sfb1, &sfb2, std::nullopt);
+                 const Tensor &sfb2, const std::optional<Tensor> &alpha1, const std::optional<Tensor> &alpha2,
+                 std::optional<at::ScalarType> out_dtype) {
+  return matmul_alloc("nvfp4.dual_gemm", false, a, b1, &b2, &sfa, sfb1, &sfb2, {alpha1, alpha2, NONE},
+                      out_type({"nvfp4.dual_gemm"}, out_dtype));
+}
+
+/* W4A16: x [..., M, K] fp16 / bf16 against NVFP4 weights. With an unbatched
+ * weight [N, K/2] any leading dims of x are rows (as F.linear takes them): x
+ * is read as [rows, K] (a copy only where its dims cannot be flattened), the
+ * output is [..., N] (out= must flatten likewise). A batched weight
+ * [L, N, K/2] takes x [L, M, K]. */
+Tensor w4a16_rows(const char *op, const Tensor &x, const Tensor &b) {
+  TORCH_CHECK_VALUE(x.dim() >= 1, op, ": x must have a dim of K values, got a 0-dim tensor");
+  if (b.dim() != 2 || x.dim() == 2) return x;
+  return x.reshape({-1, x.size(-1)});  /* a view where the strides allow */
+}
+
+std::vector<int64_t> w4a16_out_shape(const Tensor &x, int64_t n) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = n;
+  return shape;
+}
+
+/* out [..., N] (its shape checked) as the [rows, N] the problem writes, without a copy. */
+Tensor w4a16_out_rows(const char *op, const Tensor &out, int64_t rows) {
+  const int64_t n = out.size(-1);
+  const int64_t shape[2] = {rows, n};
+  const auto strides = at::detail::computeStride(out.sizes(), out.strides(), at::IntArrayRef(shape, 2));
+  TORCH_CHECK_VALUE(strides.has_value(), op,
+                    ": out's leading dims must flatten into one (as a contiguous tensor's do), got strides ",
+                    out.strides());
+  return out.view({rows, n});
+}
+
+Tensor w4a16_alloc(const char *op, const Tensor &x, const Tensor &b1, const Tensor *b2, const Tensor &sfb1,
+                   const Tensor *sfb2, const Epi &e, std::optional<at::ScalarType> out_dtype) {
+  const Tensor x2 = w4a16_rows(op, x, b1);
+  const at::ScalarType type = out_type({op}, out_dtype, x.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf);
+  Tensor out2 = matmul_alloc(op, false, x2, b1, b2, nullptr, sfb1, sfb2, e, type);
+  return b1.dim() == 2 && x.dim() != 2 ? out2.view(w4a16_out_shape(x, b1.size(-2))) : out2;
+}
+
+void w4a16_out(const char *op, const Tensor &x, const Tensor &b1, const Tensor *b2, const Tensor &sfb1,
+               const Tensor *sfb2, const Epi &e, const Tensor &out) {
+  check_writable({op}, "out", out,
+                 {{"x", &x}, {b2 ? "b1" : "b", &b1}, {"b2", b2}, {b2 ? "sfb1" : "sfb", &sfb1}, {"sfb2", sfb2},
+                  {"alpha", e.alpha ? &*e.alpha : nullptr}, {"alpha2", e.alpha2 ? &*e.alpha2 : nullptr},
+                  {"bias", e.bias ? &*e.bias : nullptr}});
+  const Tensor x2 = w4a16_rows(op, x, b1);
+  if (b1.dim() == 2 && x.dim() != 2)
+    TORCH_CHECK_VALUE(out.dim() == x.dim() && out.size(-1) == b1.size(0) &&
+                          std::equal(out.sizes().begin(), out.sizes().end() - 1, x.sizes().begin()),
+                      op, ": out has shape ", out.sizes(), ", expected ", at::IntArrayRef(w4a16_out_shape(x, b1.size(-2))));
+  const Tensor out2 = b1.dim() == 2 && x.dim() != 2 ? w4a16_out_rows(op, out, x2.size(0)) : out;
+  const Arg b2_ = b2 ? Arg(*b2) : Arg(b1), sfb2_ = sfb2 ? Arg(*sfb2) : Arg(sfb1);
+  matmul_out(op, false, x2, b1, b2 ? &b2_ : nullptr, nullptr, sfb1, sfb2 ? &sfb2_ : nullptr, e, Arg(out2, true));
+}
+
+Tensor gemm_w4a16(const Tensor &x, const Tensor &b, const Tensor &sfb, const std::optional<Tensor> &alpha,
+                  const std::optional<Tensor> &bias, std::optional<at::ScalarType> out_dtype) {
+  return w4a16_alloc("nvfp4.gemm_w4a16", x, b, nullptr, sfb, nullptr, {alpha, NONE, bias}, out_dtype);
+}
+
+void gemm_w4a16_out(const Tensor &x, const Tensor &b, const Tensor &sfb, const std::optional<Tensor> &alpha,
+                    const std::optional<Tensor> &bias, const Tensor &out) {
+  w4a16_out("nvfp4.gemm_w4a16", x, b, nullptr, sfb, nullptr, {alpha, NONE, bias}, out);
+}
+
+Tensor dual_gemm_w4a16(const Tensor &x, const Tensor &b1, const Tensor &b2, const Tensor &sfb1, const Tensor &sfb2,
+                       const std::optional<Tensor> &alpha1, const std::optional<Tensor> &alpha2,
+                       std::optional<at::ScalarType> out_dtype) {
+  return w4a16_alloc("nvfp4.dual_gemm_w4a16", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out_dtype);
+}
+
+void dual_gemm_w4a16_out(const Tensor &x, const Tensor &b1, const Tensor &b2, const Tensor &sfb1, const Tensor &sfb2,
+                         const std::optional<Tensor> &alpha1, const std::optional<Tensor> &alpha2, const Tensor &out) {
+  w4a16_out("nvfp4.dual_gemm_w4a16", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out);
 }
 
 /* A grouped call's arguments, group g's at index g (held in place: a group
@@ -414,14 +570,32 @@ void check_group_lists(size_t a, size_t b, size_t sfa, size_t sfb) {
                     " sfa=", sfa, " sfb=", sfb);
 }
 
-Problems make_group(const Args &as, const Args &bs, const Args &sfas, const Args &sfbs) {
+/* alphas: one float32 per group, [G] (on the CPU: read on the host; on the
+ * groups' device: group g's alpha at alphas + g). */
+Problems make_group(const Args &as, const Args &bs, const Args &sfas, const Args &sfbs,
+                    const std::optional<Tensor> &alphas = std::nullopt) {
   check_group_lists(as.size(), bs.size(), sfas.size(), sfbs.size());
   Problems prs;
   for (size_t g = 0; g < as.size(); g++) {
-    prs.push_back(make_problem({"nvfp4.group_gemm", (int64_t)g}, as[g], bs[g], nullptr, sfas[g], sfbs[g], nullptr,
+    prs.push_back(make_problem({"nvfp4.group_gemm", (int64_t)g}, as[g], bs[g], nullptr, &sfas[g], sfbs[g], nullptr,
                                std::nullopt, false));
     TORCH_CHECK_VALUE(prs[g].device == prs[0].device, "nvfp4.group_gemm: group ", g, " is on ", prs[g].device,
                       " but group 0 is on ", prs[0].device);
+  }
+  if (alphas) {
+    const char *op = "nvfp4.group_gemm";
+    const Tensor &t = *alphas;
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, op, ": alphas must be a float32 tensor, got ", t.scalar_type());
+    TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == (int64_t)prs.size(), op, ": alphas must be [G] = [", prs.size(),
+                      "] (one per group), got shape ", t.sizes());
+    if (t.device().is_cpu()) {
+      const Tensor c = t.contiguous();
+      for (size_t g = 0; g < prs.size(); g++) prs[g].p.alpha = c.const_data_ptr<float>()[g];
+    } else {
+      TORCH_CHECK_VALUE(t.device() == prs[0].device, op, ": alphas is on ", t.device(), " but the groups are on ",
+                        prs[0].device);
+      for (size_t g = 0; g < prs.size(); g++) prs[g].p.alpha_ptr = t.const_data_ptr<float>() + g * t.stride(0);
+    }
   }
   return prs;
 }
@@ -433,8 +607,9 @@ void run_group(Problems &prs) {
 }
 
 /* outs: writable Args */
-void group_out(const Args &as, const Args &bs, const Args &sfas, const Args &sfbs, const Args &outs) {
-  Problems prs = make_group(as, bs, sfas, sfbs);
+void group_out(const Args &as, const Args &bs, const Args &sfas, const Args &sfbs, const Args &outs,
+               const std::optional<Tensor> &alphas = std::nullopt) {
+  Problems prs = make_group(as, bs, sfas, sfbs, alphas);
   TORCH_CHECK_VALUE(outs.size() == as.size(), "nvfp4.group_gemm: out has ", outs.size(), " tensors for ", as.size(),
                     " problems");
   for (size_t g = 0; g < prs.size(); g++) bind_out({"nvfp4.group_gemm", (int64_t)g}, prs[g], outs[g], false);
@@ -442,14 +617,15 @@ void group_out(const Args &as, const Args &bs, const Args &sfas, const Args &sfb
 }
 
 void group_gemm_out(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
-                    const at::TensorList sfbs, const at::TensorList outs) {
+                    const at::TensorList sfbs, const std::optional<Tensor> &alphas, const at::TensorList outs) {
   // each out against its own group's inputs, and against the outs next to it in memory (sorted by address:
   // two that overlap have an overlapping pair among neighbours), not every pair of a large group
   c10::SmallVector<size_t, 8> order;
   for (size_t g = 0; g < outs.size(); g++) {
     const OpName op{"nvfp4.group_gemm", (int64_t)g};
     if (g < as.size() && g < bs.size() && g < sfas.size() && g < sfbs.size())
-      check_writable(op, "out", outs[g], {{"a", &as[g]}, {"b", &bs[g]}, {"sfa", &sfas[g]}, {"sfb", &sfbs[g]}});
+      check_writable(op, "out", outs[g], {{"a", &as[g]}, {"b", &bs[g]}, {"sfa", &sfas[g]}, {"sfb", &sfbs[g]},
+                                          {"alphas", alphas ? &*alphas : nullptr}});
     order.push_back(g);
   }
   std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
@@ -458,15 +634,17 @@ void group_gemm_out(const at::TensorList as, const at::TensorList bs, const at::
   for (size_t i = 1; i < order.size(); i++)
     check_writable({"nvfp4.group_gemm", (int64_t)order[i]}, "out", outs[order[i]],
                    {{"the out of another group", &outs[order[i - 1]]}});
-  group_out(args_of(as), args_of(bs), args_of(sfas), args_of(sfbs), args_of(outs, true));
+  group_out(args_of(as), args_of(bs), args_of(sfas), args_of(sfbs), args_of(outs, true), alphas);
 }
 
 std::vector<Tensor> group_gemm(const at::TensorList as, const at::TensorList bs, const at::TensorList sfas,
-                               const at::TensorList sfbs) {
-  Problems prs = make_group(args_of(as), args_of(bs), args_of(sfas), args_of(sfbs));
+                               const at::TensorList sfbs, const std::optional<Tensor> &alphas,
+                               std::optional<at::ScalarType> out_dtype) {
+  const at::ScalarType type = out_type({"nvfp4.group_gemm"}, out_dtype);
+  Problems prs = make_group(args_of(as), args_of(bs), args_of(sfas), args_of(sfbs), alphas);
   std::vector<Tensor> outs;
   for (size_t g = 0; g < prs.size(); g++) {
-    outs.push_back(alloc_out(prs[g], as[g]));
+    outs.push_back(alloc_out(prs[g], as[g], type));
     bind_out({"nvfp4.group_gemm", (int64_t)g}, prs[g], Arg(outs[g], true), false);
   }
   run_group(prs);
@@ -520,11 +698,13 @@ void competition_gemm(const Tensor &a, const Tensor &b, const Tensor &sfa, const
   const Arg c3 = harness_rows(op, "c", c, -1, true), b3 = harness_rows(op, "b", b);
   if (c3.size(2) == 1 && b3.size(1) == 128) {  // gemv: row 0 of b and of its scales is the vector
     const Arg sfb3 = harness_rows(op, "sfb", sfb);
-    matmul_out("nvfp4.gemv", true, harness_rows(op, "a", a), b3.select0(1), nullptr, harness_rows(op, "sfa", sfa),
-               sfb3.select0(1), nullptr, std::nullopt, c3.select0(2));
+    const Arg sfa3 = harness_rows(op, "sfa", sfa);
+    matmul_out("nvfp4.gemv", true, harness_rows(op, "a", a), b3.select0(1), nullptr, &sfa3, sfb3.select0(1), nullptr,
+               NO_EPI, c3.select0(2));
   } else {
-    matmul_out("nvfp4.gemm", false, harness_rows(op, "a", a), b3, nullptr, harness_blocked(op, "sfa_perm", sfa_perm),
-               harness_blocked(op, "sfb_perm", sfb_perm), nullptr, std::nullopt, c3);
+    const Arg sfa3 = harness_blocked(op, "sfa_perm", sfa_perm);
+    matmul_out("nvfp4.gemm", false, harness_rows(op, "a", a), b3, nullptr, &sfa3, harness_blocked(op, "sfb_perm", sfb_perm),
+               nullptr, NO_EPI, c3);
   }
 }
 
@@ -536,9 +716,9 @@ void competition_dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, 
   const char *op = "nvfp4.competition_dual_gemm";
   (void)sfa, (void)sfb1, (void)sfb2;
   const Arg b2_ = harness_rows(op, "b2", b2), sfb2_ = harness_blocked(op, "sfb2_perm", sfb2_perm);
-  matmul_out("nvfp4.dual_gemm", false, harness_rows(op, "a", a), harness_rows(op, "b1", b1), &b2_,
-             harness_blocked(op, "sfa_perm", sfa_perm), harness_blocked(op, "sfb1_perm", sfb1_perm), &sfb2_,
-             std::nullopt, harness_rows(op, "c", c, -1, true));
+  const Arg sfa_ = harness_blocked(op, "sfa_perm", sfa_perm);
+  matmul_out("nvfp4.dual_gemm", false, harness_rows(op, "a", a), harness_rows(op, "b1", b1), &b2_, &sfa_,
+             harness_blocked(op, "sfb1_perm", sfb1_perm), &sfb2_, NO_EPI, harness_rows(op, "c", c, -1, true));
 }
 
 /* Which kernel, and how configured, `op` would run on these tensors (as the
@@ -553,12 +733,19 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
   Problems prs;
   if (op == "gemv" || op == "gemm") {
     takes(4);
-    prs.push_back(make_problem({op.c_str()}, args[0], args[1], nullptr, args[2], args[3], nullptr, std::nullopt,
+    prs.push_back(make_problem({op.c_str()}, args[0], args[1], nullptr, &args[2], args[3], nullptr, std::nullopt,
                                op == "gemv"));
   } else if (op == "dual_gemm") {
     takes(6);
-    prs.push_back(make_problem({"nvfp4.dual_gemm"}, args[0], args[1], &args[2], args[3], args[4], &args[5],
+    prs.push_back(make_problem({"nvfp4.dual_gemm"}, args[0], args[1], &args[2], &args[3], args[4], &args[5],
                                std::nullopt, false));
+  } else if (op == "gemm_w4a16" || op == "dual_gemm_w4a16") {
+    const bool dual = op == "dual_gemm_w4a16";
+    takes(dual ? 5 : 3);
+    const Tensor xt = w4a16_rows(op.c_str(), ts[0], ts[1]);
+    const Arg x(xt);
+    prs.push_back(make_problem({op.c_str()}, x, args[1], dual ? &args[2] : nullptr, nullptr, args[dual ? 3 : 2],
+                               dual ? &args[4] : nullptr, std::nullopt, false));
   } else if (op == "group_gemm") {
     const size_t n = args.size() / 4;
     TORCH_CHECK_VALUE(n > 0 && args.size() % 4 == 0, name,
@@ -567,8 +754,8 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     auto part = [&](size_t i) { return Args(args.begin() + i * n, args.begin() + (i + 1) * n); };
     prs = make_group(part(0), part(1), part(2), part(3));
   } else {
-    TORCH_CHECK_VALUE(false, name, ": op must be \"gemv\", \"gemm\", \"dual_gemm\" or \"group_gemm\", got \"", op,
-                      "\"");
+    TORCH_CHECK_VALUE(false, name, ": op must be \"gemv\", \"gemm\", \"dual_gemm\", \"group_gemm\", \"gemm_w4a16\" or "
+                      "\"dual_gemm_w4a16\", got \"", op, "\"");
   }
   if (prs[0].device.is_cpu()) return "cpu";
 #ifdef NVFP4_WITH_CUDA
@@ -707,14 +894,25 @@ void refuse_autograd(const c10::OperatorHandle &op, c10::DispatchKeySet keys, to
 #define NVFP4_LIBRARY_IMPL(ns, k, m) TORCH_LIBRARY_IMPL(ns, k, m)
 
 NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
-  m.def("gemv(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha=None) -> Tensor");
+  m.def("gemv(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha=None, ScalarType? out_dtype=None) -> Tensor");
   m.def("gemv_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha, Tensor(a!) out) -> ()");
-  m.def("gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha=None) -> Tensor");
-  m.def("gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha, Tensor(a!) out) -> ()");
-  m.def("dual_gemm(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2) -> Tensor");
-  m.def("dual_gemm_out(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, Tensor(a!) out) -> ()");
-  m.def("group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb) -> Tensor[]");
-  m.def("group_gemm_out(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] out) -> ()");
+  m.def("gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha=None, Tensor? bias=None, "
+        "ScalarType? out_dtype=None) -> Tensor");
+  m.def("gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor? alpha, Tensor? bias, Tensor(a!) out) -> ()");
+  m.def("dual_gemm(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, Tensor? alpha1=None, "
+        "Tensor? alpha2=None, ScalarType? out_dtype=None) -> Tensor");
+  m.def("dual_gemm_out(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, Tensor? alpha1, "
+        "Tensor? alpha2, Tensor(a!) out) -> ()");
+  m.def("group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor? alphas=None, "
+        "ScalarType? out_dtype=None) -> Tensor[]");
+  m.def("group_gemm_out(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor? alphas, Tensor(a!)[] out) -> ()");
+  m.def("gemm_w4a16(Tensor x, Tensor b, Tensor sfb, Tensor? alpha=None, Tensor? bias=None, "
+        "ScalarType? out_dtype=None) -> Tensor");
+  m.def("gemm_w4a16_out(Tensor x, Tensor b, Tensor sfb, Tensor? alpha, Tensor? bias, Tensor(a!) out) -> ()");
+  m.def("dual_gemm_w4a16(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? alpha1=None, "
+        "Tensor? alpha2=None, ScalarType? out_dtype=None) -> Tensor");
+  m.def("dual_gemm_w4a16_out(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? alpha1, "
+        "Tensor? alpha2, Tensor(a!) out) -> ()");
   m.def("competition_group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] c) -> ()");
   m.def("competition_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor sfa_perm, Tensor sfb_perm, "
         "Tensor(a!) c) -> ()");
@@ -733,6 +931,10 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("dual_gemm_out", &dual_gemm_out);    \
   m.impl("group_gemm", &group_gemm);          \
   m.impl("group_gemm_out", &group_gemm_out);  \
+  m.impl("gemm_w4a16", &gemm_w4a16);          \
+  m.impl("gemm_w4a16_out", &gemm_w4a16_out);  \
+  m.impl("dual_gemm_w4a16", &dual_gemm_w4a16);          \
+  m.impl("dual_gemm_w4a16_out", &dual_gemm_w4a16_out);  \
   m.impl("competition_group_gemm", &competition_group_gemm); \
   m.impl("competition_gemm", &competition_gemm);             \
   m.impl("competition_dual_gemm", &competition_dual_gemm);    \
@@ -743,7 +945,8 @@ NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 /* The ops a float tensor that requires grad can reach (the competition ops take none). */
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, Autograd, m) {
   for (const char *op : {"gemv", "gemv_out", "gemm", "gemm_out", "dual_gemm", "dual_gemm_out", "group_gemm",
-                         "group_gemm_out", "quantize"})
+                         "group_gemm_out", "gemm_w4a16", "gemm_w4a16_out", "dual_gemm_w4a16", "dual_gemm_w4a16_out",
+                         "quantize"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_autograd>());
 }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

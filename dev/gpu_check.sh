@@ -9,7 +9,8 @@
 #   BENCH_ARGS="--problem gemv" bash dev/gpu_check.sh
 #   PYTEST_ARGS="tests/test_tensor_cores.py -x" BENCH_GEMV=0 bash dev/gpu_check.sh
 #   BUILD=0 bash dev/gpu_check.sh         # the extension an earlier step of the same call built
-#   BENCH=0 BENCH_GEMM=0 BENCH_GEMV=0 bash dev/gpu_check.sh   # tests and sanitizers only
+#   BENCH=0 BENCH_GEMM=0 BENCH_GEMV=0 BENCH_MODELS=0 bash dev/gpu_check.sh   # tests and sanitizers only
+#   BENCH_MODELS_ARGS="--model 8b 70b" bash dev/gpu_check.sh  # the model layers' benchmark, every M
 #   SANITIZE_FORCES="auto mma:wk4" bash dev/gpu_check.sh      # the kernels forced under the sanitizers
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,11 @@ if [ "${BENCH_GEMM:-1}" = 1 ]; then
   echo "== gemm benchmark"
   timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_gemm --json "$OUT/gemm.json" --png "$OUT/gemm.png" ${BENCH_GEMM_ARGS:-} 2>&1 | tee "$OUT/gemm.log"
 fi
+if [ "${BENCH_MODELS:-1}" = 1 ]; then
+  echo "== model layers benchmark"
+  timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_models --json "$OUT/models.json" --png "$OUT/models.png" \
+    ${BENCH_MODELS_ARGS:---model 8b --m 1,16,64,256,4096} 2>&1 | tee "$OUT/models.log"
+fi
 if [ "${BENCH_GEMV:-1}" = 1 ]; then
   echo "== gemv benchmark"
   timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_gemv --json "$OUT/gemv.json" --png "$OUT/gemv.png" 2>&1 | tee "$OUT/gemv.log"
@@ -90,5 +96,6 @@ if [ -f "$OUT/bench.log" ]; then
 fi
 if [ -f "$OUT/gemm.log" ]; then grep -E "competition shapes" "$OUT/gemm.log"; fi
 if [ -f "$OUT/gemv.log" ]; then grep -E "^competition shapes" "$OUT/gemv.log"; fi
+if [ -f "$OUT/models.log" ]; then grep -E " layer " "$OUT/models.log"; fi
 # the exit status: the tests' and the sanitizers' (the benchmarks print their own failures)
 exit "$status"

@@ -118,6 +118,29 @@ def main():
             got, want = nk.quantize(xs, global_scale=g, sf_layout=lay), reference.quantize(xs.cpu(), 0.5, lay)
             bad += not (torch.equal(got[0].cpu(), want[0]) and
                         torch.equal(got[1].cpu().view(torch.uint8), want[1].view(torch.uint8)))
+    # The epilogue (csrc/cuda/common.cuh) on the GEMV (roles swapped: a bias by row), skinny, wgmma and mma.sync
+    # routes: bf16 out, a bias, alphas as device tensors; and W4A16 (csrc/cuda/w4a16.cu): fp16 and bf16
+    # activations, the cp.async path and the register path (rows 2 bytes off 16-byte alignment, K % 64 != 0),
+    # a dual, a bias, a batch
+    bf16 = torch.bfloat16
+    alpha = torch.tensor(0.75, device=dev)
+    for m, n, k in [(3, 300, 512), (8, 200, 32768), (130, 300, 320), (70, 90, 96)]:
+        a = random_operand(None, m, k, gen=gen, device=dev)
+        b = random_operand(None, n, k, gen=gen, device=dev, layout="blocked")
+        bias = torch.randn(n, generator=gen).to(dev)
+        bad += not torch.allclose(nk.gemm(a.data, b.data, a.sf, b.sf, alpha=alpha, bias=bias, out_dtype=bf16).float(),
+                                  reference.gemm(a.data, b.data, a.sf, b.sf, alpha, bias, bf16).float(),
+                                  rtol=1e-2, atol=1e-2, equal_nan=True)
+    for L, m, n, k, x_dtype, off in [(None, 1, 300, 512, torch.float16, 0), (2, 130, 129, 1040, bf16, 0),
+                                     (None, 7, 64, 80, bf16, 1), (None, 65, 33, 48, torch.float16, 0)]:
+        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
+        lead = (L,) if L else ()
+        x = torch.randn(lead + (m, k + off), generator=gen).to(x_dtype).to(dev)[..., off:]
+        bias = torch.randn(n, generator=gen).to(dev)
+        got = nk.gemm_w4a16(x, b.data, b.sf, alpha=alpha, bias=bias, out_dtype=torch.float16)
+        bad += not close(got, reference.gemm_w4a16(x, b.data, b.sf, alpha, bias, torch.float16))
+        got = nk.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, alpha2=alpha, out_dtype=torch.float16)
+        bad += not close(got, reference.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, None, alpha, torch.float16))
     torch.cuda.synchronize()
     print(f"sanitize cases: {bad} wrong results")
     raise SystemExit(1 if bad else 0)

@@ -228,7 +228,7 @@ int main(int argc, char **argv) {
     const bool pre_code = std::find(pre_steps.begin(), pre_steps.end(), "code") != pre_steps.end();
     g_buffers.clear();
     nvfp4_matmul p = {};
-    p.m = c.m, p.n = c.n, p.k = c.k, p.batch = c.batch, p.alpha = 1.f;
+    p.m = c.m, p.n = c.n, p.k = c.k, p.batch = c.batch, p.alpha = p.alpha2 = 1.f, p.c_type = NVFP4_F16;
     const bool blocked = c.kind != "gemv" && !is_read;
     p.a = operand(c.batch, c.m, c.k, 11, blocked);
     p.b = operand(c.batch, c.n, c.k, 23, blocked);

@@ -8,8 +8,13 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     gemm(a, b, sfa, sfb, *, out=None, alpha=None)        c[l, m, n] = a[l, m] . b[l, n]
     dual_gemm(a, b1, b2, sfa, sfb1, sfb2, *, out=None)   silu(a b1^T) * (a b2^T)
     group_gemm(as_, bs, sfas, sfbs, *, outs=None)        a list of independent gemms
+    gemm_w4a16(x, b, sfb, *, out=None)                   x fp16 / bf16 values times NVFP4 weights
+    dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out=None)  the dual of those
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
     kernel_name(op, *args)                               which kernel op(*args) runs, and how
+
+The matmul ops take alphas (per-tensor scales), gemm a bias, and return fp16
+or bf16 (out_dtype).
 
 ``reference`` holds the exact definition (the test oracle), ``layouts`` the
 scale-layout helpers, ``testing`` the input generators shared by tests and
@@ -20,8 +25,9 @@ import torch  # noqa: F401  (loads the libraries _C links against)
 
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
 from . import layouts, reference
-from .ops import dual_gemm, gemm, gemv, group_gemm, kernel_name, quantize
+from .ops import dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, kernel_name, quantize
 
 WITH_CUDA = bool(_C.with_cuda)
 
-__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "quantize", "kernel_name", "reference", "layouts", "WITH_CUDA"]
+__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "quantize", "kernel_name",
+           "reference", "layouts", "WITH_CUDA"]

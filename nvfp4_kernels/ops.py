@@ -36,37 +36,61 @@ def _scalar(op: str, name: str, value: Alpha, positive: bool = False) -> Optiona
     return torch.tensor(f, dtype=torch.float32)
 
 
-def gemv(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None) -> torch.Tensor:
-    """c[l, m] = alpha * sum_k A[l, m, k] b[l, k] in fp32, returned as fp16.
+OutDtype = Optional[torch.dtype]
+
+
+def gemv(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None,
+         out_dtype: OutDtype = None) -> torch.Tensor:
+    """c[l, m] = alpha * sum_k A[l, m, k] b[l, k] in fp32, returned as fp16 (or out_dtype: bf16).
 
     a [L, M, K/2] or [M, K/2] and b [L, K/2] or [K/2]: float4_e2m1fn_x2 or uint8.
     sfa/sfb: e4m3 scales, linear [L, M, K/16] / [L, K/16] or blocked 128x4
     [L, ceil(M/128), ceil(K/64), 32, 4, 4] / [L, 1, ceil(K/64), 32, 4, 4].
     alpha: None, a float, or a one-element float32 tensor (on the device: no sync).
+    out: fp16 or bf16 (its dtype is the result's); out_dtype: the allocated result's.
     """
     if out is None:
-        return torch.ops.nvfp4.gemv(a, b, sfa, sfb, _scalar("gemv", "alpha", alpha))
+        return torch.ops.nvfp4.gemv(a, b, sfa, sfb, _scalar("gemv", "alpha", alpha), out_dtype)
     torch.ops.nvfp4.gemv_out(a, b, sfa, sfb, _scalar("gemv", "alpha", alpha), out)
     return out
 
 
-def gemm(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None) -> torch.Tensor:
-    """C = alpha * A @ B^T (both K-major, like F.linear's weight), fp32 accumulation, fp16 result.
+def gemm(a, b, sfa, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None,
+         bias: Optional[torch.Tensor] = None, out_dtype: OutDtype = None) -> torch.Tensor:
+    """C = alpha * A @ B^T + bias (both K-major, like F.linear's weight), fp32 accumulation and
+    epilogue, fp16 result (or out_dtype / out's dtype: bf16).
 
-    a [L, M, K/2] or [M, K/2], b [L, N, K/2] or [N, K/2]; scales as for gemv.
+    a [L, M, K/2] or [M, K/2], b [L, N, K/2] or [N, K/2]; scales as for gemv. bias: [N] float32,
+    float16 or bfloat16, added in fp32 after alpha.
     """
+    al = _scalar("gemm", "alpha", alpha)
     if out is None:
-        return torch.ops.nvfp4.gemm(a, b, sfa, sfb, _scalar("gemm", "alpha", alpha))
-    torch.ops.nvfp4.gemm_out(a, b, sfa, sfb, _scalar("gemm", "alpha", alpha), out)
+        return torch.ops.nvfp4.gemm(a, b, sfa, sfb, al, bias, out_dtype)
+    torch.ops.nvfp4.gemm_out(a, b, sfa, sfb, al, bias, out)
     return out
 
 
-def dual_gemm(a, b1, b2, sfa, sfb1, sfb2, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """silu(A @ B1^T) * (A @ B2^T), silu and product in fp32, fp16 result."""
+def dual_gemm(a, b1, b2, sfa, sfb1, sfb2, *, out: Optional[torch.Tensor] = None, alpha1: Alpha = None,
+              alpha2: Alpha = None, out_dtype: OutDtype = None) -> torch.Tensor:
+    """silu(alpha1 * A @ B1^T) * (alpha2 * A @ B2^T), alphas, silu and product in fp32, fp16 result
+    (or out_dtype / out's dtype: bf16). The alphas are a checkpoint's per-tensor scales of each
+    branch, applied before the SiLU."""
+    a1, a2 = _scalar("dual_gemm", "alpha1", alpha1), _scalar("dual_gemm", "alpha2", alpha2)
     if out is None:
-        return torch.ops.nvfp4.dual_gemm(a, b1, b2, sfa, sfb1, sfb2)
-    torch.ops.nvfp4.dual_gemm_out(a, b1, b2, sfa, sfb1, sfb2, out)
+        return torch.ops.nvfp4.dual_gemm(a, b1, b2, sfa, sfb1, sfb2, a1, a2, out_dtype)
+    torch.ops.nvfp4.dual_gemm_out(a, b1, b2, sfa, sfb1, sfb2, a1, a2, out)
     return out
+
+
+def _alphas(alphas) -> Optional[torch.Tensor]:
+    """group_gemm's alphas: a float32 tensor [G] as it is (the op checks it), or numbers."""
+    if alphas is None or isinstance(alphas, torch.Tensor):
+        return alphas
+    if isinstance(alphas, (str, bytes)) or not isinstance(alphas, Sequence):
+        raise TypeError(f"nvfp4.group_gemm: alphas must be a float32 tensor [G] or a sequence of numbers, "
+                        f"got {type(alphas).__name__}")
+    return torch.cat([_scalar("group_gemm", f"alphas[{g}]", x).reshape(1) for g, x in enumerate(alphas)]) \
+        if len(alphas) else torch.zeros(0)
 
 
 def group_gemm(
@@ -76,17 +100,49 @@ def group_gemm(
     sfbs: Sequence[torch.Tensor],
     *,
     outs: Optional[Sequence[torch.Tensor]] = None,
+    alphas=None,
+    out_dtype: OutDtype = None,
 ) -> list:
-    """Independent gemms (each its own M, N, K) in one call; returns the list of fp16 results."""
+    """Independent gemms (each its own M, N, K) in one call; returns the list of results.
+
+    alphas: None, a float32 tensor [G] (on the device: no sync), or G numbers: group g's alpha.
+    """
     if len(as_) == 0:  # the dispatcher cannot route a call without tensors: say why here
         raise ValueError("nvfp4.group_gemm: the lists are empty; give at least one problem")
+    al = _alphas(alphas)
     if outs is None:
-        return torch.ops.nvfp4.group_gemm(list(as_), list(bs), list(sfas), list(sfbs))
-    torch.ops.nvfp4.group_gemm_out(list(as_), list(bs), list(sfas), list(sfbs), list(outs))
+        return torch.ops.nvfp4.group_gemm(list(as_), list(bs), list(sfas), list(sfbs), al, out_dtype)
+    torch.ops.nvfp4.group_gemm_out(list(as_), list(bs), list(sfas), list(sfbs), al, list(outs))
     return list(outs)
 
 
-def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear"):
+def gemm_w4a16(x, b, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = None,
+               bias: Optional[torch.Tensor] = None, out_dtype: OutDtype = None) -> torch.Tensor:
+    """W4A16: alpha * x @ B^T + bias, with x plain fp16 or bf16 activations and B NVFP4 weights.
+
+    x [..., K] with b [N, K/2] (any leading dims, as F.linear takes them), or x [L, M, K] with b
+    [L, N, K/2]; sfb as for gemm. Products are exact (an NVFP4 weight value has at most 6
+    significant bits), sums in fp32; the result has x's dtype unless out_dtype (or out) says.
+    The weight is decoded in the kernel: no dequantized copy is made.
+    """
+    al = _scalar("gemm_w4a16", "alpha", alpha)
+    if out is None:
+        return torch.ops.nvfp4.gemm_w4a16(x, b, sfb, al, bias, out_dtype)
+    torch.ops.nvfp4.gemm_w4a16_out(x, b, sfb, al, bias, out)
+    return out
+
+
+def dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out: Optional[torch.Tensor] = None, alpha1: Alpha = None,
+                    alpha2: Alpha = None, out_dtype: OutDtype = None) -> torch.Tensor:
+    """W4A16 dual: silu(alpha1 * x @ B1^T) * (alpha2 * x @ B2^T), x fp16 or bf16 (see gemm_w4a16)."""
+    a1, a2 = _scalar("dual_gemm_w4a16", "alpha1", alpha1), _scalar("dual_gemm_w4a16", "alpha2", alpha2)
+    if out is None:
+        return torch.ops.nvfp4.dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, a1, a2, out_dtype)
+    torch.ops.nvfp4.dual_gemm_w4a16_out(x, b1, b2, sfb1, sfb2, a1, a2, out)
+    return out
+
+
+def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear", convention: Optional[str] = None):
     """x (float32 / float16 / bfloat16, [K], [R, K] or [L, R, K], K a multiple of 16 and
     contiguous) -> (codes, scales) of x * global_scale, as the ops above take them.
 
@@ -98,9 +154,20 @@ def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear"):
     float32 tensor (on the device: no sync). A gemm of two quantized operands takes
     alpha = 1 / (global_scale_a * global_scale_b). A NaN makes its block's scale NaN (the block
     decodes to NaN); +-inf saturates to +-6 times a scale of 448.
+
+    convention: None (the above), or "modelopt", "torchao", "compressed_tensors": the codes and
+    scales that library writes, byte for byte, with global_scale in that library's own form
+    (nvfp4_kernels.conventions says which; conventions.global_scale computes it as the library
+    does). For exporting checkpoints; plain torch ops, not a fused kernel.
     """
     if sf_layout not in ("linear", "blocked"):
         raise ValueError(f'nvfp4.quantize: sf_layout must be "linear" or "blocked", got {sf_layout!r}')
+    if convention is not None:
+        from . import conventions
+
+        if global_scale is None:
+            global_scale = conventions.global_scale(x, convention)
+        return conventions.quantize(x, global_scale, convention, sf_layout)
     return torch.ops.nvfp4.quantize(x, _scalar("quantize", "global_scale", global_scale, positive=True),
                                     sf_layout == "blocked")
 
@@ -109,8 +176,9 @@ def kernel_name(op: str, *args) -> str:
     """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
     e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
 
-    op: "gemv", "gemm", "dual_gemm" or "group_gemm"; args as that op takes them (group_gemm: its
-    four lists). The choice is made by one ordered table of rules, csrc/cuda/plan.cu.
+    op: "gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16" or "dual_gemm_w4a16"; its tensor
+    arguments as that op takes them (group_gemm: its four lists). The choice is made by one ordered
+    table of rules, csrc/cuda/plan.cu.
     """
     tensors = [t for lst in args for t in lst] if op == "group_gemm" else list(args)
     if not tensors:
@@ -138,28 +206,52 @@ def _mm_shape(a, b, vector):
     return (*a.shape[:-1],) if vector else (*a.shape[:-1], b.shape[-2])
 
 
+def _out_dtype(out_dtype, default=torch.float16):
+    return default if out_dtype is None else out_dtype
+
+
 @torch.library.register_fake("nvfp4::gemv")
-def _(a, b, sfa, sfb, alpha=None):
+def _(a, b, sfa, sfb, alpha=None, out_dtype=None):
     _one_device("gemv", (a, b, sfa, sfb), [("alpha", alpha)])
-    return a.new_empty(_mm_shape(a, b, True), dtype=torch.float16)
+    return a.new_empty(_mm_shape(a, b, True), dtype=_out_dtype(out_dtype))
 
 
 @torch.library.register_fake("nvfp4::gemm")
-def _(a, b, sfa, sfb, alpha=None):
-    _one_device("gemm", (a, b, sfa, sfb), [("alpha", alpha)])
-    return a.new_empty(_mm_shape(a, b, False), dtype=torch.float16)
+def _(a, b, sfa, sfb, alpha=None, bias=None, out_dtype=None):
+    _one_device("gemm", (a, b, sfa, sfb) + ((bias,) if bias is not None else ()), [("alpha", alpha)])
+    return a.new_empty(_mm_shape(a, b, False), dtype=_out_dtype(out_dtype))
 
 
 @torch.library.register_fake("nvfp4::dual_gemm")
-def _(a, b1, b2, sfa, sfb1, sfb2):
-    _one_device("dual_gemm", (a, b1, b2, sfa, sfb1, sfb2))
-    return a.new_empty(_mm_shape(a, b1, False), dtype=torch.float16)
+def _(a, b1, b2, sfa, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=None):
+    _one_device("dual_gemm", (a, b1, b2, sfa, sfb1, sfb2), [("alpha1", alpha1), ("alpha2", alpha2)])
+    return a.new_empty(_mm_shape(a, b1, False), dtype=_out_dtype(out_dtype))
 
 
 @torch.library.register_fake("nvfp4::group_gemm")
-def _(as_, bs, sfas, sfbs):
-    _one_device("group_gemm", (*as_, *bs, *sfas, *sfbs))
-    return [a.new_empty(_mm_shape(a, b, False), dtype=torch.float16) for a, b in zip(as_, bs)]
+def _(as_, bs, sfas, sfbs, alphas=None, out_dtype=None):
+    _one_device("group_gemm", (*as_, *bs, *sfas, *sfbs), [("alphas", alphas)])
+    return [a.new_empty(_mm_shape(a, b, False), dtype=_out_dtype(out_dtype)) for a, b in zip(as_, bs)]
+
+
+def _w4a16_shape(x, b):
+    return (*x.shape[:-1], b.shape[-2])
+
+
+def _w4a16_dtype(x, out_dtype):
+    return _out_dtype(out_dtype, torch.bfloat16 if x.dtype == torch.bfloat16 else torch.float16)
+
+
+@torch.library.register_fake("nvfp4::gemm_w4a16")
+def _(x, b, sfb, alpha=None, bias=None, out_dtype=None):
+    _one_device("gemm_w4a16", (x, b, sfb) + ((bias,) if bias is not None else ()), [("alpha", alpha)])
+    return x.new_empty(_w4a16_shape(x, b), dtype=_w4a16_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("nvfp4::dual_gemm_w4a16")
+def _(x, b1, b2, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=None):
+    _one_device("dual_gemm_w4a16", (x, b1, b2, sfb1, sfb2), [("alpha1", alpha1), ("alpha2", alpha2)])
+    return x.new_empty(_w4a16_shape(x, b1), dtype=_w4a16_dtype(x, out_dtype))
 
 
 @torch.library.register_fake("nvfp4::quantize")
@@ -174,17 +266,19 @@ def _(x, global_scale=None, blocked=False):
     return data, x.new_empty((*lead, -(-rows // 128), -(-k // 64), 32, 4, 4), dtype=torch.float8_e4m3fn)
 
 
-def _register_out_fake(name):
+def _register_out_fake(name, scalars=()):
+    """The out= ops: one device; `scalars`, the names of the arguments that may be CPU scalars."""
+    schema = getattr(torch.ops.nvfp4, name).default._schema
+
     @torch.library.register_fake(f"nvfp4::{name}")
     def _(*args):
-        flat = [t for arg in args for t in (arg if isinstance(arg, (list, tuple)) else (arg,))]
-        # alpha (the only float32 argument) may be a CPU scalar next to device tensors
-        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
-        _one_device(name, [t for t in tensors if t.dtype != torch.float32],
-                    [("alpha", t) for t in tensors if t.dtype == torch.float32])
+        named = list(zip((arg.name for arg in schema.arguments), args))
+        tensors = [t for n, arg in named if n not in scalars
+                   for t in (arg if isinstance(arg, (list, tuple)) else (arg,)) if isinstance(t, torch.Tensor)]
+        _one_device(name, tensors, [(n, arg) for n, arg in named if n in scalars])
         return None
 
 
-for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out", "competition_group_gemm", "competition_gemm",
-              "competition_dual_gemm"):
-    _register_out_fake(_name)
+for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out", "gemm_w4a16_out", "dual_gemm_w4a16_out",
+              "competition_group_gemm", "competition_gemm", "competition_dual_gemm"):
+    _register_out_fake(_name, ("alpha", "alpha1", "alpha2", "alphas"))

@@ -5,9 +5,12 @@ sums are formed in float64 (exact for any K a test uses: products have at most
 10 significant bits), then the result is rounded once:
 
     value(r, k) = E2M1[code(r, k)] * e4m3(scale(r, k // 16))
-    gemm        = fp16(alpha * A @ B^T)
-    dual_gemm   = fp16(silu(fp32(A @ B1^T)) * fp32(A @ B2^T))   (silu, product in fp32)
+    gemm        = out(fp32(alpha * A @ B^T) + bias)             (the add in fp32, where a bias is given)
+    dual_gemm   = out(silu(fp32(alpha1 * A @ B1^T)) * fp32(alpha2 * A @ B2^T))   (silu, product in fp32)
+    W4A16       = the same with A plain fp16 / bf16 values
     quantize    = per 16 values: scale = e4m3(amax * g / 6), code = e2m1(x * g / scale)  (see quantize)
+
+out() rounds to the output dtype, fp16 unless said (bf16).
 
 A kernel that accumulates in fp32 differs from this only by its fp32 rounding;
 tests bound that (see tests/conftest.py). Format background: NVIDIA's block
@@ -63,29 +66,62 @@ def _alpha(alpha) -> float | torch.Tensor:
     return alpha.to(torch.float64) if isinstance(alpha, torch.Tensor) else float(alpha)
 
 
-def gemm(a, b, sfa, sfb, alpha=None) -> torch.Tensor:
-    """fp16(alpha * A @ B^T); a [L?, M, K/2], b [L?, N, K/2]."""
+def _epilogue(c, alpha=None, bias=None, out_dtype=None) -> torch.Tensor:
+    """c exact (float64) -> out(fp32(alpha * c) + bias)."""
+    v = (c * _alpha(alpha)).to(torch.float32)
+    if bias is not None:
+        v = v + bias.to(v.device, torch.float32)
+    return v.to(out_dtype or torch.float16)
+
+
+def _dual(c1, c2, alpha1=None, alpha2=None, out_dtype=None) -> torch.Tensor:
+    v1, v2 = (c1 * _alpha(alpha1)).to(torch.float32), (c2 * _alpha(alpha2)).to(torch.float32)
+    return (torch.nn.functional.silu(v1) * v2).to(out_dtype or torch.float16)
+
+
+def gemm(a, b, sfa, sfb, alpha=None, bias=None, out_dtype=None) -> torch.Tensor:
+    """out(fp32(alpha * A @ B^T) + bias); a [L?, M, K/2], b [L?, N, K/2], bias [N]."""
     c = dequantize(a, sfa) @ dequantize(b, sfb).transpose(-1, -2)
-    return (c * _alpha(alpha)).to(torch.float16)
+    return _epilogue(c, alpha, bias, out_dtype)
 
 
-def gemv(a, b, sfa, sfb, alpha=None) -> torch.Tensor:
-    """fp16(alpha * A @ b); a [L?, M, K/2], b [L?, K/2], sfb [L?, K/16] or blocked with one row."""
+def gemv(a, b, sfa, sfb, alpha=None, out_dtype=None) -> torch.Tensor:
+    """out(alpha * A @ b); a [L?, M, K/2], b [L?, K/2], sfb [L?, K/16] or blocked with one row."""
     b_rows = b.unsqueeze(-2)  # [L?, 1, K/2]
     sfb_rows = sfb if sfb.dim() >= 5 else sfb.unsqueeze(-2)
-    return gemm(a, b_rows, sfa, sfb_rows, alpha).squeeze(-1)
+    return gemm(a, b_rows, sfa, sfb_rows, alpha, out_dtype=out_dtype).squeeze(-1)
 
 
-def dual_gemm(a, b1, b2, sfa, sfb1, sfb2) -> torch.Tensor:
-    """fp16(silu(A @ B1^T) * (A @ B2^T)), silu and product in fp32."""
+def dual_gemm(a, b1, b2, sfa, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=None) -> torch.Tensor:
+    """out(silu(fp32(alpha1 * A @ B1^T)) * fp32(alpha2 * A @ B2^T)), silu and product in fp32."""
     a_val = dequantize(a, sfa)
-    c1 = (a_val @ dequantize(b1, sfb1).transpose(-1, -2)).to(torch.float32)
-    c2 = (a_val @ dequantize(b2, sfb2).transpose(-1, -2)).to(torch.float32)
-    return (torch.nn.functional.silu(c1) * c2).to(torch.float16)
+    c1 = a_val @ dequantize(b1, sfb1).transpose(-1, -2)
+    c2 = a_val @ dequantize(b2, sfb2).transpose(-1, -2)
+    return _dual(c1, c2, alpha1, alpha2, out_dtype)
 
 
-def group_gemm(as_: Sequence, bs: Sequence, sfas: Sequence, sfbs: Sequence) -> list:
-    return [gemm(a, b, sfa, sfb) for a, b, sfa, sfb in zip(as_, bs, sfas, sfbs)]
+def group_gemm(as_: Sequence, bs: Sequence, sfas: Sequence, sfbs: Sequence, alphas=None, out_dtype=None) -> list:
+    alphas = [None] * len(as_) if alphas is None else alphas
+    return [gemm(a, b, sfa, sfb, al, out_dtype=out_dtype) for a, b, sfa, sfb, al in zip(as_, bs, sfas, sfbs, alphas)]
+
+
+def _w4a16_weights(x, b, sfb) -> torch.Tensor:
+    w = dequantize(b, sfb)  # [L?, N, K]
+    return w.transpose(-1, -2)
+
+
+def gemm_w4a16(x, b, sfb, alpha=None, bias=None, out_dtype=None) -> torch.Tensor:
+    """W4A16: out(fp32(alpha * x @ B^T) + bias), x fp16 / bf16 [..., K] (b [N, K/2]) or [L, M, K]
+    (b [L, N, K/2]); the result has x's dtype unless out_dtype says."""
+    c = x.to(torch.float64) @ _w4a16_weights(x, b, sfb)
+    return _epilogue(c, alpha, bias, out_dtype or x.dtype)
+
+
+def dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=None) -> torch.Tensor:
+    """W4A16 dual: out(silu(fp32(alpha1 * x @ B1^T)) * fp32(alpha2 * x @ B2^T))."""
+    xd = x.to(torch.float64)
+    c1, c2 = xd @ _w4a16_weights(x, b1, sfb1), xd @ _w4a16_weights(x, b2, sfb2)
+    return _dual(c1, c2, alpha1, alpha2, out_dtype or x.dtype)
 
 
 # e2m1 round-to-nearest-even boundaries: |v| above (or from) each adds one to the magnitude code.

@@ -57,7 +57,8 @@ FORCED = os.environ.get("NVFP4_FORCE_KERNEL", "").split(":")[0]
 
 # The CUDA kernel function each of the planner's kernel names launches.
 KERNEL_SYMBOLS = {"gemv_dp4a": "gemv_dp4a_kernel", "gemv_mma": "gemv_mma_kernel", "skinny": "skinny_kernel",
-                  "wgmma": "matmul_sm90_kernel", "mma": "matmul_mma_kernel", "simt": "matmul_simt_kernel"}
+                  "wgmma": "matmul_sm90_kernel", "mma": "matmul_mma_kernel", "simt": "matmul_simt_kernel",
+                  "w4a16": "w4a16_kernel"}
 
 
 def is_gemv(name):
@@ -140,3 +141,4 @@ def gemm_graph_replays(m, n, k, gen, replays):
         graph.replay()
         torch.cuda.synchronize()
         yield out, ref_gemm(a2, b2)
+

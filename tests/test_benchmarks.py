@@ -68,3 +68,13 @@ def test_total_line_counts_the_failures():
     line = competition.total_line(competition.totals(rows, 12.0), cuda=True)
     assert line.startswith("total: 2 rows checked, 1 FAILED (gemm 128x7168x2048 L=1);")
     assert "worst err/tol nan" in line and line.endswith("wall 12.0 s")
+
+
+def test_bench_models_arguments():
+    """benchmarks/bench_models.py: its token list parsed; without a GPU it says so (and runs nothing)."""
+    from benchmarks import bench_models
+
+    with pytest.raises(SystemExit):
+        bench_models.main(["--m", "1,x"])
+    assert [n for n, *_ in bench_models.MODELS["8b"]] == ["qkv", "o", "gate_up", "down"]
+    assert bench_models.weight_bytes(16, 64, "w4a16") == 16 * (32 + 4)

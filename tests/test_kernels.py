@@ -18,7 +18,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import FORCED, KERNEL_SYMBOLS, gemm_problem, gemv_problem, launched, poisoned, ref_gemm, ref_gemv
+from helpers import FORCED, KERNEL_SYMBOLS, gemm_problem, gemv_problem, launched, poisoned
 
 ON_GPU = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
 IS_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
@@ -43,42 +43,76 @@ CASES = {
     "simt": [("gemm", None, 1, 1, 16, ("linear", "linear")), ("gemm", 2, 70, 90, 256, ("blocked", "linear")),
              ("gemv", None, 129, 1, 64, ("linear", "blocked")), ("dual", None, 65, 33, 80, ("linear", "linear")),
              ("group", None, 30, 40, 48, ("blocked", "blocked"))],
+    "w4a16": [("w4a16", None, 1, 7, 16, ("linear", "linear")), ("w4a16", 2, 129, 300, 1040, ("linear", "blocked")),
+              ("w4a16", None, 5, 4096, 4096, ("linear", "linear")), ("w4a16+", None, 300, 65, 2048, ("linear", "blocked")),
+              ("w4a16dual", None, 8, 129, 512, ("linear", "linear")), ("w4a16dual", 2, 200, 96, 64, ("linear", "blocked"))],
 }
+# The epilogue's variants ("+": bf16 out, alphas as device tensors, a bias) on every kernel's first shapes.
+for _kernel, _cases in CASES.items():
+    if _kernel != "w4a16":
+        _cases += [(op + "+", *rest) for op, *rest in _cases[:4]]
 # A forced kernel (and variant) -> the test files run in its child besides this one.
 FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"], "wgmma": [], "wgmma:predecode": ["test_tensor_cores.py"],
-          "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": []}
+          "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": [],
+          "w4a16": ["test_epilogue.py"]}
 
 
 def build(op, L, m, n, k, layouts, gen, device):
-    """(args for nk.kernel_name, call into poisoned outputs, outputs, references)."""
+    """(args for nk.kernel_name, call into poisoned outputs, outputs, references). An op name ending
+    in "+" runs the epilogue's variants: bf16 out, alphas as device tensors, a bias (gemm)."""
+    plus = op.endswith("+")
+    op = op.rstrip("+")
+    dtype = torch.bfloat16 if plus else torch.float16
+    lead = (L,) if L else ()
+    alpha = torch.tensor(-0.75, device=device) if plus else 0.5
     if op == "gemv":
         a, b = gemv_problem(L, m, k, gen, device, layouts)
-        out = poisoned(((L,) if L else ()) + (m,), device)
+        out = poisoned(lead + (m,), device).to(dtype)
         args = (a.data, b.data, a.sf, b.sf)
-        return args, lambda: nk.gemv(*args, out=out), [out], [ref_gemv(a, b)]
+        return args, lambda: nk.gemv(*args, out=out, alpha=alpha), [out], [reference.gemv(*args, alpha, dtype)]
     if op == "group":
         probs = [gemm_problem(None, m + g, n - g, k, gen, device, layouts) for g in range(3)]
-        outs = [poisoned((m + g, n - g), device) for g in range(3)]
+        outs = [poisoned((m + g, n - g), device).to(dtype) for g in range(3)]
+        alphas = torch.tensor([0.5, -2.0, 3.0], device=device) if plus else None
         args = ([a.data for a, _ in probs], [b.data for _, b in probs], [a.sf for a, _ in probs], [b.sf for _, b in probs])
-        return args, lambda: nk.group_gemm(*args, outs=outs), outs, [ref_gemm(a, b) for a, b in probs]
+        return (args, lambda: nk.group_gemm(*args, outs=outs, alphas=alphas), outs,
+                reference.group_gemm(*args, alphas, dtype))
+    if op.startswith("w4a16"):
+        b = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
+        x = torch.randn(lead + (m, k), generator=gen).to(torch.bfloat16 if (m + n) % 2 else torch.float16).to(device)
+        out = poisoned(lead + (m, n), device).to(dtype)
+        bias = torch.randn(n, device=device) if plus else None
+        if op == "w4a16":
+            args = (x, b.data, b.sf)
+            return (args, lambda: nk.gemm_w4a16(*args, out=out, alpha=alpha, bias=bias), [out],
+                    [reference.gemm_w4a16(*args, alpha, bias, dtype)])
+        b2 = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
+        args = (x, b.data, b2.data, b.sf, b2.sf)
+        return (args, lambda: nk.dual_gemm_w4a16(*args, out=out, alpha1=2.0, alpha2=0.25), [out],
+                [reference.dual_gemm_w4a16(*args, 2.0, 0.25, dtype)])
     a, b = gemm_problem(L, m, n, k, gen, device, layouts)
-    out = poisoned(((L,) if L else ()) + (m, n), device)
+    out = poisoned(lead + (m, n), device).to(dtype)
     if op == "gemm":
         args = (a.data, b.data, a.sf, b.sf)
-        return args, lambda: nk.gemm(*args, out=out, alpha=0.5), [out], [ref_gemm(a, b, 0.5)]
+        bias = torch.randn(n, device=device).to(torch.bfloat16) if plus else None
+        return (args, lambda: nk.gemm(*args, out=out, alpha=alpha, bias=bias), [out],
+                [reference.gemm(*args, alpha, bias, dtype)])
     b2 = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
     args = (a.data, b.data, b2.data, a.sf, b.sf, b2.sf)
-    return args, lambda: nk.dual_gemm(*args, out=out), [out], [reference.dual_gemm(*args)]
+    alpha2 = 3.0 if plus else None
+    return (args, lambda: nk.dual_gemm(*args, out=out, alpha1=alpha if plus else None, alpha2=alpha2), [out],
+            [reference.dual_gemm(*args, alpha if plus else None, alpha2, dtype)])
 
 
-OP_NAMES = {"gemv": "gemv", "gemm": "gemm", "dual": "dual_gemm", "group": "group_gemm"}
+OP_NAMES = {"gemv": "gemv", "gemm": "gemm", "dual": "dual_gemm", "group": "group_gemm", "w4a16": "gemm_w4a16",
+            "w4a16dual": "dual_gemm_w4a16"}
 
 
 def check(case, gen, want=None):
     """Run a case on the GPU: the planner's kernel (== want, if given) is what launched; the result
     is exact. Returns the planner's report."""
     args, call, outs, refs = build(*case, gen, "cuda")
-    plan = nk.kernel_name(OP_NAMES[case[0]], *args)
+    plan = nk.kernel_name(OP_NAMES[case[0].rstrip("+")], *args)
     kernel = plan.split(" ")[0]
     if want is not None:
         assert kernel == want, f"{case}: planned {plan!r}, forced {want}"
@@ -129,7 +163,10 @@ ROUTES = [("gemv", None, 7168, 1, 2048, ("linear", "linear")), ("gemm", None, 4,
           ("gemm", None, 1000, 8, 4096, ("linear", "linear")), ("gemm", None, 128, 4096, 7168, ("blocked", "blocked")),
           ("gemm", 2, 1000, 4100, 256, ("linear", "linear")), ("gemm", None, 300, 200, 1040, ("linear", "linear")),
           ("dual", None, 4, 4096, 7168, ("blocked", "blocked")), ("dual", None, 256, 3072, 4096, ("blocked", "blocked")),
-          ("group", None, 80, 4096, 7168, ("linear", "blocked")), ("group", None, 100, 200, 48, ("linear", "linear"))]
+          ("group", None, 80, 4096, 7168, ("linear", "blocked")), ("group", None, 100, 200, 48, ("linear", "linear")),
+          ("gemm+", None, 3, 4096, 7168, ("linear", "linear")), ("gemm+", None, 1000, 8, 4096, ("linear", "linear")),
+          ("gemm+", None, 12, 4096, 16384, ("linear", "linear")), ("dual+", None, 4, 4096, 7168, ("blocked", "blocked")),
+          ("w4a16", None, 1, 4096, 4096, ("linear", "linear")), ("w4a16dual", None, 256, 3072, 4096, ("linear", "linear"))]
 
 
 @pytest.mark.skipif(not ON_GPU or bool(FORCED), reason="needs an sm_80+ GPU; a kernel is forced")

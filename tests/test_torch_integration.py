@@ -21,18 +21,33 @@ def _args(gen, device):
 def test_opcheck(device, gen):
     a, b, b2, a_v, v, ga, gb = _args(gen, device)
     alpha = torch.tensor(0.5, device=device)
+    bias = torch.randn(17, device=device)
+    x = torch.randn(2, 33, 96, device=device, dtype=torch.bfloat16)
+    bf16 = torch.bfloat16
     cases = [
         (torch.ops.nvfp4.gemm.default, (a.data, b.data, a.sf, b.sf, alpha)),
-        (torch.ops.nvfp4.gemm_out.default, (a.data, b.data, a.sf, b.sf, None, poisoned((2, 33, 17), device))),
+        (torch.ops.nvfp4.gemm.default, (a.data, b.data, a.sf, b.sf, alpha, bias, bf16)),
+        (torch.ops.nvfp4.gemm_out.default, (a.data, b.data, a.sf, b.sf, None, None, poisoned((2, 33, 17), device))),
+        (torch.ops.nvfp4.gemm_out.default,
+         (a.data, b.data, a.sf, b.sf, None, bias.to(bf16), poisoned((2, 33, 17), device).to(bf16))),
         (torch.ops.nvfp4.gemv.default, (a_v.data, v.data, a_v.sf, v.sf, None)),
+        (torch.ops.nvfp4.gemv.default, (a_v.data, v.data, a_v.sf, v.sf, None, bf16)),
         (torch.ops.nvfp4.gemv_out.default, (a_v.data, v.data, a_v.sf, v.sf, alpha, poisoned((2, 65), device))),
         (torch.ops.nvfp4.dual_gemm.default, (a.data, b.data, b2.data, a.sf, b.sf, b2.sf)),
+        (torch.ops.nvfp4.dual_gemm.default, (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, alpha, alpha * 3, bf16)),
         (torch.ops.nvfp4.dual_gemm_out.default,
-         (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, poisoned((2, 33, 17), device))),
+         (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, None, alpha, poisoned((2, 33, 17), device))),
         (torch.ops.nvfp4.group_gemm.default, ([ga.data, a.data[0]], [gb.data, b.data[0]], [ga.sf, a.sf[0]],
                                              [gb.sf, b.sf[0]])),
+        (torch.ops.nvfp4.group_gemm.default, ([ga.data, a.data[0]], [gb.data, b.data[0]], [ga.sf, a.sf[0]],
+                                             [gb.sf, b.sf[0]], torch.tensor([0.5, 2.0], device=device), bf16)),
         (torch.ops.nvfp4.group_gemm_out.default,
-         ([ga.data], [gb.data], [ga.sf], [gb.sf], [poisoned((9, 40), device)])),
+         ([ga.data], [gb.data], [ga.sf], [gb.sf], None, [poisoned((9, 40), device)])),
+        (torch.ops.nvfp4.gemm_w4a16.default, (x, b.data, b.sf, alpha, bias)),
+        (torch.ops.nvfp4.gemm_w4a16_out.default, (x, b.data, b.sf, None, None, poisoned((2, 33, 17), device))),
+        (torch.ops.nvfp4.dual_gemm_w4a16.default, (x, b.data, b2.data, b.sf, b2.sf, alpha, None, torch.float16)),
+        (torch.ops.nvfp4.dual_gemm_w4a16_out.default,
+         (x, b.data, b2.data, b.sf, b2.sf, None, alpha, poisoned((2, 33, 17), device).to(bf16))),
     ]
     def u8(x):  # opcheck copies and compares arguments, which torch cannot do for fp4/fp8 tensors
         if isinstance(x, list):
@@ -47,13 +62,20 @@ def test_opcheck(device, gen):
 def test_torch_compile_fullgraph(device, gen):
     a, b, b2, a_v, v, ga, gb = _args(gen, device)
 
+    x = torch.randn(2, 33, 96, device=device, dtype=torch.bfloat16)
+    bias = torch.randn(17, device=device)
+
     def f(a, b, b2, sfa, sfb, sfb2, av, vv, sfav, sfv, ga, gb, sfga, sfgb, out):
         y = nk.gemm(a, b, sfa, sfb, alpha=0.5)
         z = nk.dual_gemm(a, b, b2, sfa, sfb, sfb2)
         w = nk.gemv(av, vv, sfav, sfv)
         (g,) = nk.group_gemm([ga], [gb], [sfga], [sfgb])
         nk.gemm(a, b, sfa, sfb, out=out)
-        return y.float() * 2, z + 1, w.sum(), g, out
+        e = nk.gemm(a, b, sfa, sfb, alpha=0.5, bias=bias, out_dtype=torch.bfloat16)
+        u = nk.dual_gemm(a, b, b2, sfa, sfb, sfb2, alpha1=2.0, alpha2=0.5, out_dtype=torch.bfloat16)
+        h = nk.gemm_w4a16(x, b, sfb, alpha=0.25, bias=bias)
+        d = nk.dual_gemm_w4a16(x, b, b2, sfb, sfb2, alpha1=0.25)
+        return y.float() * 2, z + 1, w.sum(), g, out, e, u, h, d
 
     args = (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, a_v.data, v.data, a_v.sf, v.sf, ga.data, gb.data, ga.sf,
             gb.sf)
@@ -73,8 +95,13 @@ def test_cuda_graph_capture_and_replay(gen):
     static = [x.clone() for x in (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, a_v.data, v.data, a_v.sf, v.sf)]
     sa, sb, sb2, ssfa, ssfb, ssfb2, sav, sv, ssfav, ssfv = static
     gout = poisoned((9, 40), dev)
+    sx = torch.randn(2, 33, 96, device=dev, dtype=torch.bfloat16)
+    alpha, bias = torch.tensor(0.5, device=dev), torch.randn(17, device=dev)
 
     def body():
+        outs["w4a16"] = nk.gemm_w4a16(sx, sb, ssfb, alpha=alpha, bias=bias)
+        outs["epilogue"] = nk.dual_gemm(sa, sb, sb2, ssfa, ssfb, ssfb2, alpha1=alpha, alpha2=3.0,
+                                        out_dtype=torch.bfloat16)
         outs["gemm"] = nk.gemm(sa, sb, ssfa, ssfb)
         outs["dual"] = nk.dual_gemm(sa, sb, sb2, ssfa, ssfb, ssfb2)
         outs["gemv"] = nk.gemv(sav, sv, ssfav, ssfv)
@@ -94,8 +121,13 @@ def test_cuda_graph_capture_and_replay(gen):
                                      vv2.sf)):
             dst.copy_(src)
         gout.fill_(float("nan"))
+        sx.normal_()
+        alpha.fill_(alpha.item() * 2)
         graph.replay()
         torch.cuda.synchronize()
+        assert_matches(outs["w4a16"], reference.gemm_w4a16(sx, bb2.data, bb2.sf, alpha, bias), "graph replay w4a16")
+        assert_matches(outs["epilogue"], reference.dual_gemm(a2.data, bb2.data, b22.data, a2.sf, bb2.sf, b22.sf, alpha,
+                                                             3.0, torch.bfloat16), "graph replay dual, alphas, bf16")
         assert_matches(outs["gemm"], ref_gemm(a2, bb2), "graph replay gemm")
         assert_matches(outs["dual"], reference.dual_gemm(a2.data, bb2.data, b22.data, a2.sf, bb2.sf, b22.sf),
                        "graph replay dual_gemm")

@@ -6,7 +6,8 @@
  * thread pool. This is the correct-everywhere path, not the fast one.
  *
  * Dataflow: a block of MB rows of A is dequantized to fp32 once (exact:
- * e2m1 * e4m3 has at most 6 significant bits); for it, tiles of NB rows of B (and B2)
+ * e2m1 * e4m3 has at most 6 significant bits; W4A16's fp16 / bf16 values
+ * convert exactly); for it, tiles of NB rows of B (and B2)
  * are dequantized in turn, and every (A row pair, B row pair) is dotted. The
  * dot keeps 8 independent fp32 lanes per output, so the compiler vectorizes it
  * without reassociating anything: fp32 accumulation, as the reference says
@@ -33,6 +34,16 @@ static void dequant_row(const nvfp4_operand *op, int64_t k, int64_t l, int64_t r
       out[kb * 16 + 2 * j] = lut[byte & 15] * s;   /* low nibble: even k */
       out[kb * 16 + 2 * j + 1] = lut[byte >> 4] * s;
     }
+  }
+}
+
+/* Row `row` of batch l of a 16-bit activation operand (W4A16), as fp32. */
+static void convert_row(const nvfp4_operand *op, int32_t type, int64_t k, int64_t l, int64_t row, float *out) {
+  const uint8_t *bytes = op->data + l * op->batch_stride + row * op->row_stride;
+  for (int64_t i = 0; i < k; i++) {
+    uint16_t h;
+    memcpy(&h, bytes + 2 * i, 2);
+    out[i] = type == NVFP4_BF16 ? nvfp4_bf16_bits_to_float(h) : nvfp4_half_bits_to_float(h);
   }
 }
 
@@ -74,12 +85,23 @@ NVFP4_CPU_CLONES static void dot2x2(const float *a0, const float *a1, const floa
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* Bias element n as fp32. */
+static float bias_at(const nvfp4_matmul *p, int64_t n) {
+  uint16_t h;
+  if (p->bias_type == NVFP4_F32) return ((const float *)p->bias)[n];
+  memcpy(&h, (const uint8_t *)p->bias + 2 * n, 2);
+  return p->bias_type == NVFP4_BF16 ? nvfp4_bf16_bits_to_float(h) : nvfp4_half_bits_to_float(h);
+}
+
 nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (p->k <= 0 || p->k % 16 || m0 < 0 || n0 < 0 || m1 > p->m || n1 > p->n) return NVFP4_ERR_INVALID;
+  if (p->c_type != NVFP4_F16 && p->c_type != NVFP4_BF16) return NVFP4_ERR_INVALID;
+  if (p->a_type != NVFP4_E2M1 && p->a_type != NVFP4_F16 && p->a_type != NVFP4_BF16) return NVFP4_ERR_INVALID;
   if (m0 >= m1 || n0 >= n1 || p->batch <= 0) return NVFP4_OK;
   const int dual = p->b2.data != NULL;
   const int64_t k = p->k;
   const float alpha = p->alpha_ptr ? *p->alpha_ptr : p->alpha;
+  const float alpha2 = p->alpha2_ptr ? *p->alpha2_ptr : p->alpha2;
   float lut[16];
   for (uint32_t code = 0; code < 16; code++) lut[code] = nvfp4_e2m1_to_float(code);
 
@@ -90,10 +112,15 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
   float *a_rows = buf, *b_rows = buf + mb_max * k, *b2_rows = b_rows + nb_max * k;
 
   for (int64_t l = 0; l < p->batch; l++) {
-    uint16_t *c = p->c + l * p->c_batch_stride;
+    uint16_t *c = (uint16_t *)p->c + l * p->c_batch_stride;
     for (int64_t mt = m0; mt < m1; mt += MB) {
       int64_t mb = m1 - mt < MB ? m1 - mt : MB;
-      for (int64_t i = 0; i < mb; i++) dequant_row(&p->a, k, l, mt + i, lut, a_rows + i * k);
+      for (int64_t i = 0; i < mb; i++) {
+        if (p->a_type == NVFP4_E2M1)
+          dequant_row(&p->a, k, l, mt + i, lut, a_rows + i * k);
+        else
+          convert_row(&p->a, p->a_type, k, l, mt + i, a_rows + i * k);
+      }
       for (int64_t nt = n0; nt < n1; nt += NB) {
         int64_t nb = n1 - nt < NB ? n1 - nt : NB;
         for (int64_t j = 0; j < nb; j++) {
@@ -110,8 +137,15 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
             if (dual) dot2x2(a0, a1, b2_rows + j * k, b2_rows + (j + cols - 1) * k, k, acc2);
             for (int r = 0; r < rows; r++)
               for (int s = 0; s < cols; s++) {
-                float v = dual ? silu(acc[r][s]) * acc2[r][s] : acc[r][s] * alpha;
-                c[(mt + i + r) * p->c_row_stride + nt + j + s] = nvfp4_float_to_half_bits(v);
+                /* the epilogue (nvfp4.h), each step rounded to fp32 (-std=c11 contracts no a * b + c) */
+                const int64_t col = nt + j + s;
+                float v = acc[r][s] * alpha;
+                if (dual)
+                  v = silu(v) * (acc2[r][s] * alpha2);
+                else if (p->bias)
+                  v = v + bias_at(p, col);
+                c[(mt + i + r) * p->c_row_stride + col] =
+                    p->c_type == NVFP4_BF16 ? nvfp4_float_to_bf16_bits(v) : nvfp4_float_to_half_bits(v);
               }
           }
         }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <random>
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -65,20 +66,54 @@ __device__ __forceinline__ int opaque(int x) {
  * exceeds 2^126 the quotient is 0; the true value is below 1e-36 there. */
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 
-/* alpha of a problem: a device pointer or a value. */
-__device__ __forceinline__ float problem_alpha(const nvfp4_matmul &p) {
-  return p.alpha_ptr ? *p.alpha_ptr : p.alpha;
-}
+/* The epilogue every kernel ends with (nvfp4.h): from fp32 sums x (and, for
+ * a dual, y of the second product) to the stored value,
+ *   gemm: fp32(alpha * x) + bias[n], the add in fp32;
+ *   dual: silu(fp32(alpha * x)) * fp32(alpha2 * y);
+ * rounded to c_type (fp16 or bf16, both 2 bytes). Built once per thread, it
+ * reads the alphas (device pointers or values) then. `unscale`, a power of two
+ * a kernel's sums carry (NVFP4_TC_UNSCALE), is folded into the alphas: exact.
+ * The bias of output (row, col) is bias[col] as the problem is given; a GEMV
+ * kernel that sees it with the roles swapped (plan.cu) has it by row. */
+struct Epilogue {
+  float alpha, alpha2;
+  const void *bias;
+  int32_t bias_type, c_type; /* nvfp4.h's; kept in one register each, as few live as the tile kernels can spare */
+  bool bias_by_row;
 
-__device__ __forceinline__ void store_half(uint16_t *dst, float v) {
-  *reinterpret_cast<__half *>(dst) = __float2half_rn(v);
-}
+  __device__ __forceinline__ Epilogue(const nvfp4_matmul &p, float unscale = 1.f, bool by_row = false)
+      : alpha(unscale * (p.alpha_ptr ? *p.alpha_ptr : p.alpha)),
+        alpha2(p.b2.data ? unscale * (p.alpha2_ptr ? *p.alpha2_ptr : p.alpha2) : 0.f), bias(p.bias),
+        bias_type(p.bias_type), c_type(p.c_type), bias_by_row(by_row) {}
 
-/* fp16x2 bits of (lo, hi), round to nearest. */
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
+  __device__ __forceinline__ float bias_at(int64_t row, int64_t col) const {
+    const int64_t i = bias_by_row ? row : col;
+    if (bias_type == NVFP4_F32) return static_cast<const float *>(bias)[i];
+    if (bias_type == NVFP4_BF16) return __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[i]);
+    return __half2float(static_cast<const __half *>(bias)[i]);
+  }
+  /* gemm's value of output (row, col); __fmul_rn keeps the product and the
+   * add two roundings (no fused multiply-add) */
+  __device__ __forceinline__ float gemm(float x, int64_t row, int64_t col) const {
+    const float v = __fmul_rn(x, alpha);
+    return bias ? __fadd_rn(v, bias_at(row, col)) : v;
+  }
+  __device__ __forceinline__ float dual(float x, float y) const { return silu(x * alpha) * (y * alpha2); }
+  /* a value's 2 bytes */
+  __device__ __forceinline__ uint16_t bits(float v) const {
+    return c_type == NVFP4_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+  }
+  __device__ __forceinline__ void store(uint16_t *dst, float v) const { *dst = bits(v); }
+  /* two values' bits, lo first: one 4-byte store */
+  __device__ __forceinline__ uint32_t pack2(float lo, float hi) const {
+    if (c_type == NVFP4_BF16) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t *>(&h);
+    }
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+  }
+};
 
 /* One 8-byte store (dst 8-byte aligned): the compiler split a uint2 store of
  * two separately packed halves into two 4-byte stores. */

@@ -114,7 +114,7 @@ cudaError_t open_kernel(Kernel kernel, LaunchCache &cache, int device, int64_t s
  * CAN_SPLIT, kernel<SPLIT>(), smem(k), sets(m), steps(k)) over p as
  * vectors: the grid and the deal, then one launch per 65535 batches. */
 template <class K>
-cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   constexpr bool CAN_SPLIT = K::CAN_SPLIT;
   constexpr int NV = K::VECTORS;
   auto kernel = K::template kernel<false>();
@@ -205,7 +205,7 @@ cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_
     cfg.stream = stream;
     cfg.attrs = &attr;
     cfg.numAttrs = dev.sm90_code ? 1 : 0; /* its pdl_wait exists */
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, l, deal, c_vec_stride, bias_by_row);
     if (e != cudaSuccess) return e;
   }
   return cudaGetLastError();

@@ -1,6 +1,6 @@
 /*
  * gemv_dp4a.cu - GEMV of 1 to 4 vectors on dp4a dot products (sm_80+):
- * c[l, m, j] = alpha * sum_k A[l, m, k] * b[l, j, k], and the dual
+ * c[l, m, j] = alpha * sum_k A[l, m, k] * b[l, j, k] (+ bias), and the dual
  * silu(A b) * (A2 b); the shared dataflow and speed of light in gemv.cuh.
  *
  * A warp streams rows: LPR lanes per row (32 / LPR rows at once, a row set;
@@ -16,7 +16,7 @@
  *     int8 2*b (16-byte planes) + scales / 4
  *   per 16 codes: 2 lookups per 4 codes split by sign (nvfp4_e2m1x8_split),
  *     dp4a against b: an exact int32 sum, times sa * sb / 4 into an fp32 acc
- *   row done: shuffles over the LPR lanes -> alpha * acc -> fp16
+ *   row done: shuffles over the LPR lanes -> the epilogue (common.cuh)
  * Block sums of 16 products are exact integers, so this is fp32 accumulation
  * of exact products in another order than the reference's.
  *
@@ -136,10 +136,12 @@ __device__ __forceinline__ float dot16_s8(uint32_t lo0, uint32_t hi0, uint32_t l
  * c + r * c_row_stride + j * c_vec_stride. NV = 1 is the GEMV proper; 2 to 4
  * serve a gemm of that few rows (plan.cu), each A chunk decoded once to int8
  * (11 instructions per 8 codes) and dotted with every vector. DUAL: A2 =
- * p.b2 (A's shape and scale layout) too, result silu(A b) * (A2 b), no alpha. */
+ * p.b2 (A's shape and scale layout) too, result silu(A b) * (A2 b). The
+ * epilogue's bias goes by row where bias_by_row (the roles swapped), else by
+ * vector. */
 template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT>
 __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
-    gemv_dp4a_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
+    gemv_dp4a_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride, bool bias_by_row) {
   static_assert(!DUAL || CPL == 1, "the dual streams one chunk per lane");
   static_assert(!SPLIT || NV == 1, "split rows: one vector");
   constexpr int THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
@@ -278,8 +280,8 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
   uint32_t s8_tab[4];  // NV > 1: nvfp4_e2m1x8_to_s8x8's tables
 #pragma unroll
   for (int i = 0; i < 4; i++) s8_tab[i] = NV == 1 ? 0u : table[4 * i + (lane & 3)];
-  const float alpha = problem_alpha(p);
-  uint16_t *c_batch = p.c + l * p.c_batch_stride;
+  const Epilogue ep(p, 1.f, bias_by_row);
+  uint16_t *c_batch = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
   float acc[NV] = {};
   const uint8_t *const a_dst = smem + plan.ring_a + tid * 16;
   int step = 0, set = set_first;
@@ -341,9 +343,9 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
         } else if constexpr (DUAL) {
           const float up = __shfl_xor_sync(0xffffffffu, acc[j], 16);  // A2's sum of the row, to lanes 0-15
           if (!second && q == j % LPR && row < p.m)
-            store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, silu(acc[j]) * up);
+            ep.store(c_batch + row * p.c_row_stride + j * c_vec_stride, ep.dual(acc[j], up));
         } else if (q == j % LPR && row < p.m) {
-          store_half(c_batch + row * p.c_row_stride + j * c_vec_stride, acc[j] * alpha);
+          ep.store(c_batch + row * p.c_row_stride + j * c_vec_stride, ep.gemm(acc[j], row, j));
         }
         acc[j] = 0.f;
       }
@@ -365,7 +367,7 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
           sum += part[((grp * split + s2) * RPW + gg) * MATS];
           if (DUAL) up += part[((grp * split + s2) * RPW + gg) * MATS + 1];
         }
-        store_half(c_batch + row_g * p.c_row_stride, DUAL ? silu(sum) * up : sum * alpha);
+        ep.store(c_batch + row_g * p.c_row_stride, DUAL ? ep.dual(sum, up) : ep.gemm(sum, row_g, 0));
       }
     }
   }
@@ -405,11 +407,11 @@ struct Dp4a {
  * 16-byte copy instruction then touches half of every 32-byte sector,
  * doubling the L2 requests. */
 template <int SFA, int NV, bool DUAL = false>
-cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   switch ((p.k / 32) % 8 == 0 ? 8 : (p.k / 32) % 4 == 0 ? 4 : 2) {
-    case 8: return gemv_launch<Dp4a<SFA, 8, NV, DUAL, 1>>(p, c_vec_stride, stream);
-    case 4: return gemv_launch<Dp4a<SFA, 4, NV, DUAL, 1>>(p, c_vec_stride, stream);
-    default: return gemv_launch<Dp4a<SFA, 2, NV, DUAL, 1>>(p, c_vec_stride, stream);
+    case 8: return gemv_launch<Dp4a<SFA, 8, NV, DUAL, 1>>(p, c_vec_stride, bias_by_row, stream);
+    case 4: return gemv_launch<Dp4a<SFA, 4, NV, DUAL, 1>>(p, c_vec_stride, bias_by_row, stream);
+    default: return gemv_launch<Dp4a<SFA, 2, NV, DUAL, 1>>(p, c_vec_stride, bias_by_row, stream);
   }
 }
 
@@ -422,11 +424,11 @@ cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStre
  * in flight per thread than the 6-deep one (64 against 80): 512 x 7168 3.6
  * -> 4.5 us, 1000 x 7168 3.8 -> 4.6, so one chunk there. */
 template <int SFA, int CPL>
-cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   const int64_t chunks = p.k / 32 / CPL; /* a lane's steps of a row, times LPR */
   if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
       2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS_1 * device_info().sms)
-    return gemv_launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, stream);
+    return gemv_launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
   // (a full wave: 4 CTAs of 8 warps per SM)
   const int64_t warps = (int64_t)device_info().sms * 4 * WARPS_1;
   auto sets = [&](int lpr) {  // row sets of the launch at lpr = 32, 16 or 8 lanes per row
@@ -438,16 +440,16 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_
   if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
   while (lpr > 8 && chunks / lpr < 6 && sets(lpr / 2) >= warps) lpr /= 2;
   switch (lpr) {
-    case 32: return gemv_launch<Dp4a<SFA, 32, 1, false, CPL>>(p, c_vec_stride, stream);
-    case 16: return gemv_launch<Dp4a<SFA, 16, 1, false, CPL>>(p, c_vec_stride, stream);
-    case 8: return gemv_launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, stream);
-    case 4: return gemv_launch<Dp4a<SFA, 4, 1, false, CPL>>(p, c_vec_stride, stream);
-    default: return gemv_launch<Dp4a<SFA, 2, 1, false, CPL>>(p, c_vec_stride, stream);
+    case 32: return gemv_launch<Dp4a<SFA, 32, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
+    case 16: return gemv_launch<Dp4a<SFA, 16, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
+    case 8: return gemv_launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
+    case 4: return gemv_launch<Dp4a<SFA, 4, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
+    default: return gemv_launch<Dp4a<SFA, 2, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
   }
 }
 
 template <int SFA>
-cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   /* Several vectors: at most 8 lanes per row. Lanes of a warp that share a
    * chunk column read the same vector words (a broadcast), so 4 rows per warp
    * read each vector's 48 bytes per step in 3 shared-memory wavefronts where 32
@@ -455,20 +457,20 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream
    * 512 bytes of A, more than the SM can serve at the DRAM rate. The dual
    * takes the same path for any vector count: a warp holds both halves. */
   if (p.b2.data) switch (p.n) {
-      case 1: return launch_vectors<SFA, 1, true>(p, c_vec_stride, stream);
-      case 2: return launch_vectors<SFA, 2, true>(p, c_vec_stride, stream);
-      case 3: return launch_vectors<SFA, 3, true>(p, c_vec_stride, stream);
-      default: return launch_vectors<SFA, 4, true>(p, c_vec_stride, stream);
+      case 1: return launch_vectors<SFA, 1, true>(p, c_vec_stride, bias_by_row, stream);
+      case 2: return launch_vectors<SFA, 2, true>(p, c_vec_stride, bias_by_row, stream);
+      case 3: return launch_vectors<SFA, 3, true>(p, c_vec_stride, bias_by_row, stream);
+      default: return launch_vectors<SFA, 4, true>(p, c_vec_stride, bias_by_row, stream);
     }
   switch (p.n) {
-    case 2: return launch_vectors<SFA, 2>(p, c_vec_stride, stream);
-    case 3: return launch_vectors<SFA, 3>(p, c_vec_stride, stream);
-    case 4: return launch_vectors<SFA, 4>(p, c_vec_stride, stream);
+    case 2: return launch_vectors<SFA, 2>(p, c_vec_stride, bias_by_row, stream);
+    case 3: return launch_vectors<SFA, 3>(p, c_vec_stride, bias_by_row, stream);
+    case 4: return launch_vectors<SFA, 4>(p, c_vec_stride, bias_by_row, stream);
     default: break;
   }
   static_assert(GEMV_MAX_NV == 4, "one case per vector count");
   const bool two = p.k % 128 == 0 && p.m * p.batch >= (int64_t)device_info().sms * 4 * WARPS_1;
-  return two ? launch_rows<SFA, 2>(p, c_vec_stride, stream) : launch_rows<SFA, 1>(p, c_vec_stride, stream);
+  return two ? launch_rows<SFA, 2>(p, c_vec_stride, bias_by_row, stream) : launch_rows<SFA, 1>(p, c_vec_stride, bias_by_row, stream);
 }
 
 }  // namespace
@@ -485,7 +487,7 @@ bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   return smem <= dev.smem_optin;
 }
 
-cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, c_vec_stride, stream)
-                                          : launch_shape<NVFP4_SF_BLOCKED>(p, c_vec_stride, stream);
+cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, c_vec_stride, bias_by_row, stream)
+                                          : launch_shape<NVFP4_SF_BLOCKED>(p, c_vec_stride, bias_by_row, stream);
 }

@@ -17,7 +17,7 @@ int64_t gemv_mma_share_steps(const nvfp4_matmul &p, const DeviceInfo &dev) {
   return (sets + ctas - 1) / ctas * (p.k / 128);
 }
 
-cudaError_t gemv_mma_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_vectors<NVFP4_SF_LINEAR>(p, c_vec_stride, stream)
-                                          : gemv_mma_launch_blocked(p, c_vec_stride, stream);
+cudaError_t gemv_mma_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_vectors<NVFP4_SF_LINEAR>(p, c_vec_stride, bias_by_row, stream)
+                                          : gemv_mma_launch_blocked(p, c_vec_stride, bias_by_row, stream);
 }

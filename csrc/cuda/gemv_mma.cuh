@@ -32,7 +32,7 @@
  *     scales / 4 per (block pair, vector)
  *   per word: 2 splits (7 instructions each), 2 U mma; per block and tile: 4
  *     x (subtract, scale product, FMA)
- *   set done: shuffles over the quad -> alpha -> fp16 (dual: silu(A b) *
+ *   set done: shuffles over the quad -> the epilogue (common.cuh; dual: silu(A b) *
  *     (A2 b)); split sets: partials to shared memory, summed in warp order.
  *
  * CPL = 2 (long warp shares, mma_cpl): an item is two steps, a lane's four
@@ -134,7 +134,7 @@ struct VectorBatches {
 
 template <int SFA_LAYOUT, int NV, bool DUAL, bool SPLIT, int CPL>
 __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN_CTAS)
-    gemv_mma_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride) {
+    gemv_mma_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride, bool bias_by_row) {
   constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = THREADS / 32, STAGES = MmaCfg<NV, CPL>::STAGES;
   constexpr int U = MmaCfg<NV, CPL>::U;
   constexpr int32_t BIAS = 0x4B400000;  // the float 12582912 = 1.5 * 2^23
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
   }
   const float *const sb_seg = reinterpret_cast<const float *>(smem + plan.sb) + 4 * U * (t + 4 * seg_step);
   const float *sb_step = sb_seg;
-  const float alpha = problem_alpha(p);
-  uint16_t *c_batch = p.c + l * p.c_batch_stride;
+  const Epilogue ep(p, 1.f, bias_by_row);
+  uint16_t *c_batch = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
   const uint32_t ring_a = smem_addr(smem + plan.ring_a + tid * 16), ring_s = smem_addr(smem + plan.ring_s + tid * 4);
   float acc[2][NV] = {};
   int step = 0, set = set_first;
@@ -318,12 +318,12 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
           part[(warp * 16 + g + 8) * NV + v] = acc[1][v];
         } else if constexpr (DUAL) {
           const int64_t row = set_row(set, 0);
-          if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, silu(acc[0][v]) * acc[1][v]);
+          if (row < p.m) ep.store(c_batch + row * p.c_row_stride + v * c_vec_stride, ep.dual(acc[0][v], acc[1][v]));
         } else {
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             const int64_t row = set_row(set, h);
-            if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, acc[h][v] * alpha);
+            if (row < p.m) ep.store(c_batch + row * p.c_row_stride + v * c_vec_stride, ep.gemm(acc[h][v], row, v));
           }
         }
       }
@@ -349,7 +349,8 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
         if (DUAL) up += part[((grp * split + s2) * 16 + r + 8) * NV + v];
       }
       const int64_t row = DUAL ? (int64_t)set_g * 8 + r : (int64_t)set_g * 16 + r;
-      if (row < p.m) store_half(c_batch + row * p.c_row_stride + v * c_vec_stride, DUAL ? silu(sum) * up : sum * alpha);
+      if (row < p.m)
+        ep.store(c_batch + row * p.c_row_stride + v * c_vec_stride, DUAL ? ep.dual(sum, up) : ep.gemm(sum, row, v));
     }
   }
 }
@@ -388,28 +389,28 @@ int mma_cpl(const nvfp4_matmul &p, const DeviceInfo &dev) {
 }
 
 template <int SFA, int NV, int CPL>
-cudaError_t launch_build(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  return p.b2.data ? gemv_launch<Mma<SFA, NV, true, CPL>>(p, c_vec_stride, stream)
-                   : gemv_launch<Mma<SFA, NV, false, CPL>>(p, c_vec_stride, stream);
+cudaError_t launch_build(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  return p.b2.data ? gemv_launch<Mma<SFA, NV, true, CPL>>(p, c_vec_stride, bias_by_row, stream)
+                   : gemv_launch<Mma<SFA, NV, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
 }
 
 template <int SFA, int NV>
-cudaError_t launch_cpl(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  return mma_cpl(p, device_info()) == 2 ? launch_build<SFA, NV, 2>(p, c_vec_stride, stream)
-                                        : launch_build<SFA, NV, 1>(p, c_vec_stride, stream);
+cudaError_t launch_cpl(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  return mma_cpl(p, device_info()) == 2 ? launch_build<SFA, NV, 2>(p, c_vec_stride, bias_by_row, stream)
+                                        : launch_build<SFA, NV, 1>(p, c_vec_stride, bias_by_row, stream);
 }
 
 /* 4 to 8 vectors one or two steps per item (mma_cpl); 2 and 3 one. */
 template <int SFA>
-cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
+cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   switch (p.n) {
-    case 2: return launch_build<SFA, 2, 1>(p, c_vec_stride, stream);
-    case 3: return launch_build<SFA, 3, 1>(p, c_vec_stride, stream);
-    case 4: return launch_cpl<SFA, 4>(p, c_vec_stride, stream);
-    case 5: return launch_cpl<SFA, 5>(p, c_vec_stride, stream);
-    case 6: return launch_cpl<SFA, 6>(p, c_vec_stride, stream);
-    case 7: return launch_cpl<SFA, 7>(p, c_vec_stride, stream);
-    default: return launch_cpl<SFA, 8>(p, c_vec_stride, stream);
+    case 2: return launch_build<SFA, 2, 1>(p, c_vec_stride, bias_by_row, stream);
+    case 3: return launch_build<SFA, 3, 1>(p, c_vec_stride, bias_by_row, stream);
+    case 4: return launch_cpl<SFA, 4>(p, c_vec_stride, bias_by_row, stream);
+    case 5: return launch_cpl<SFA, 5>(p, c_vec_stride, bias_by_row, stream);
+    case 6: return launch_cpl<SFA, 6>(p, c_vec_stride, bias_by_row, stream);
+    case 7: return launch_cpl<SFA, 7>(p, c_vec_stride, bias_by_row, stream);
+    default: return launch_cpl<SFA, 8>(p, c_vec_stride, bias_by_row, stream);
   }
 }
 
@@ -418,4 +419,4 @@ cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStre
 /* The launches of blocked activation scales, in a compilation unit of their
  * own (gemv_mma_blocked.cu) so that the two layouts' builds compile in
  * parallel; gemv_mma.cu has the linear ones and the entries of kernels.h. */
-cudaError_t gemv_mma_launch_blocked(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);
+cudaError_t gemv_mma_launch_blocked(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);

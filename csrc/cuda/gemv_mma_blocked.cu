@@ -7,6 +7,6 @@
 
 NVFP4_TRACE_ATTACH(gemv_mma_blocked)
 
-cudaError_t gemv_mma_launch_blocked(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream) {
-  return launch_vectors<NVFP4_SF_BLOCKED>(p, c_vec_stride, stream);
+cudaError_t gemv_mma_launch_blocked(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  return launch_vectors<NVFP4_SF_BLOCKED>(p, c_vec_stride, bias_by_row, stream);
 }

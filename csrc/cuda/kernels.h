@@ -3,6 +3,7 @@
  * problems it can run on a device, and its launch. Nothing here says which
  * kernel is fastest: that policy lives in plan.cu alone.
  *
+ *   w4a16.cu       W4A16 gemm / dual / grouped: 16-bit activations, mma.sync
  *   gemv_dp4a.cu   GEMV of 1 to 4 vectors, dp4a dot products (bandwidth-bound)
  *   gemv_mma.cu    GEMV of 2 to 8 vectors, integer mma.sync
  *   skinny.cu      gemm of 2 to 16 activation rows, mma.sync, split over CTAs
@@ -14,19 +15,25 @@
  * against p.m streamed rows of a (and of a2 = p.b2 for a dual), result j of
  * row r at c + r * c_row_stride + j * c_vec_stride. The planner hands it
  * either the problem as given (the gemv op, a gemm of few weight rows) or
- * one with the roles swapped (a gemm of few activation rows).
+ * one with the roles swapped (a gemm of few activation rows); bias_by_row
+ * says which (the epilogue's bias then goes by row, common.cuh).
  */
 #pragma once
 #include "common.cuh"
 
+/* W4A16: 16-bit activations (a_type F16 / BF16) x NVFP4 weights. */
+bool w4a16_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
+cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
+void w4a16_describe(const nvfp4_matmul *problems, int count, char *what, size_t len);
+
 bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
-cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);
+cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);
 
 bool gemv_mma_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
 /* The 128-K steps of the busiest CTA (a CTA per SM, sets of 16 rows, 8 for
  * a dual): the measure of work the GEMV kernels' rules are stated in. */
 int64_t gemv_mma_share_steps(const nvfp4_matmul &p, const DeviceInfo &dev);
-cudaError_t gemv_mma_launch(const nvfp4_matmul &p, int64_t c_vec_stride, cudaStream_t stream);
+cudaError_t gemv_mma_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);
 
 bool skinny_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
 cudaError_t skinny_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ctx, cudaStream_t stream);

@@ -191,20 +191,20 @@ __device__ __forceinline__ void mma_step(uint32_t step, int wm, int wn, int g, i
 }
 
 /* Outputs (row, col) and (row, col + 1) from their sums (x: B's or B1's, y:
- * B2's): fp32 x 2^12 x alpha, or silu(C1) * C2; one 4-byte store where both
- * exist and c allows it (`pairs`). */
+ * B2's) through the epilogue (its alphas carry the 2^12); one 4-byte store
+ * where both exist and c allows it (`pairs`). */
 template <bool DUAL>
-__device__ __forceinline__ void store_pair(const nvfp4_matmul &p, uint16_t *c, bool pairs, float scale, int64_t row,
-                                           int64_t col, float x0, float x1, float y0, float y1) {
+__device__ __forceinline__ void store_pair(const nvfp4_matmul &p, uint16_t *c, bool pairs, const Epilogue &ep,
+                                           int64_t row, int64_t col, float x0, float x1, float y0, float y1) {
   if (row >= p.m || col >= p.n) return;
-  const float v0 = DUAL ? silu(x0 * scale) * (y0 * scale) : x0 * scale;
-  const float v1 = DUAL ? silu(x1 * scale) * (y1 * scale) : x1 * scale;
+  const float v0 = DUAL ? ep.dual(x0, y0) : ep.gemm(x0, row, col);
+  const float v1 = DUAL ? ep.dual(x1, y1) : ep.gemm(x1, row, col + 1 < p.n ? col + 1 : col); /* no bias past n */
   uint16_t *dst = c + row * p.c_row_stride + col;
   if (pairs && col + 1 < p.n) {
-    *reinterpret_cast<uint32_t *>(dst) = pack_half2(v0, v1);
+    *reinterpret_cast<uint32_t *>(dst) = ep.pack2(v0, v1);
   } else {
-    store_half(dst, v0);
-    if (col + 1 < p.n) store_half(dst + 1, v1);
+    ep.store(dst, v0);
+    if (col + 1 < p.n) ep.store(dst + 1, v1);
   }
 }
 
@@ -286,8 +286,8 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_mma_kernel(const __grid_con
   cp_async_wait<0>();
 
   /* d[e] of an n8 tile: activation row g (e < 2) or g + 8, weight row 2 tq + e % 2. */
-  const float scale = NVFP4_TC_UNSCALE * (DUAL ? 1.f : problem_alpha(p));
-  uint16_t *c = p.c + l * p.c_batch_stride;
+  const Epilogue ep(p, NVFP4_TC_UNSCALE);
+  uint16_t *c = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
   const bool pairs = aligned(c, 4) && p.c_row_stride % 2 == 0;
   constexpr int NT = Acc<DUAL>::NT, M2 = Acc<DUAL>::MATS - 1;
   const int64_t col0 = n0 + (DUAL ? 32 : 64) * wn + 2 * tq;
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_mma_kernel(const __grid_con
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const float *x = acc.v[0][i][j], *y = acc.v[M2][i][j];
-          store_pair<DUAL>(p, c, pairs, scale, m0 + 64 * wm + 16 * i + g + 8 * h, col0 + 8 * j, x[2 * h], x[2 * h + 1],
+          store_pair<DUAL>(p, c, pairs, ep, m0 + 64 * wm + 16 * i + g + 8 * h, col0 + 8 * j, x[2 * h], x[2 * h + 1],
                            y[2 * h], y[2 * h + 1]);
         }
   } else {
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_mma_kernel(const __grid_con
     for (int j = 0; j < NT; j++)
 #pragma unroll
       for (int h = 0; h < 2; h++)
-        store_pair<DUAL>(p, c, pairs, scale, m0 + 16 * warp + g + 8 * h, col0 + 8 * j, sum(0, j, 2 * h),
+        store_pair<DUAL>(p, c, pairs, ep, m0 + 16 * warp + g + 8 * h, col0 + 8 * j, sum(0, j, 2 * h),
                          sum(0, j, 2 * h + 1), sum(M2, j, 2 * h), sum(M2, j, 2 * h + 1));
   }
 }

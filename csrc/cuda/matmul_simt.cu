@@ -9,7 +9,7 @@
  *   gmem fp4 bytes + e4m3 scale --(decode, exact fp32)--> smem As[16][64], Bs
  *   smem --> registers --> FFMA into a 4x4 fp32 accumulator per thread
  * Each product is exact in fp32, and each FFMA rounds once: fp32 accumulation.
- * Epilogue: alpha * acc (or silu(acc1) * acc2) -> fp16, bounds-checked.
+ * Epilogue: common.cuh's (alpha, bias; or silu(alpha acc1) * alpha2 acc2), bounds-checked.
  *
  * Thread roles: 256 threads = 16 x 16; thread (tx, ty) owns rows ty + 16i,
  * columns tx + 16j (i, j < 4). For the decode each thread takes one of the 64
@@ -83,16 +83,15 @@ __global__ void __launch_bounds__(THREADS) matmul_simt_kernel(const __grid_const
     __syncthreads();
   }
 
-  const float alpha = problem_alpha(p);
-  uint16_t *c = p.c + l * p.c_batch_stride;
+  const Epilogue ep(p);
+  uint16_t *c = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       int64_t r = m0 + ty + 16 * i, col = n0 + tx + 16 * j;
       if (r < p.m && col < p.n)
-        store_half(c + r * p.c_row_stride + col,
-                   DUAL ? silu(acc[i][j]) * acc2[DUAL ? i : 0][j] : acc[i][j] * alpha);
+        ep.store(c + r * p.c_row_stride + col, DUAL ? ep.dual(acc[i][j], acc2[DUAL ? i : 0][j]) : ep.gemm(acc[i][j], r, col));
     }
 }
 

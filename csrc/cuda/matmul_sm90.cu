@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
 /* The epilogue's second half, after barrier B: of the tile at (l, n0, m0) of
  * problem p, this CTA's share of the rows (TM / split of them, rank `rank`),
  * the partials of the cluster's fp32 tiles `part` (shared address part_addr)
- * summed in rank order, alpha or silu(C1) * C2, fp16 stores; element vectors
+ * summed in rank order, the epilogue (common.cuh), 2-byte stores; element vectors
  * first, first + stride, ... by the consumers' eight warps, or with the
  * producer's four (the kernel's EPI_ALL): then the distributed-shared-memory
  * loads of a split-K sum have 12 warps to hide their latency. */
@@ -263,8 +263,8 @@ __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const 
   constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R;
   constexpr int VECS = OUT_COLS / 4;
   const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
-  const float scale = DUAL ? NVFP4_TC_UNSCALE : NVFP4_TC_UNSCALE * problem_alpha(p);
-  uint16_t *c = p.c + l * p.c_batch_stride;
+  const Epilogue ep(p, NVFP4_TC_UNSCALE);
+  uint16_t *c = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
   const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
   /* the problem's fields in registers: read through the table's dynamic
    * index, each was an indexed constant load inside the loop */
@@ -284,18 +284,20 @@ __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const 
       s1 = sum_partials(addr, split);
       if (DUAL) s2 = sum_partials(addr + OUT_COLS * 4, split);
     }
-    float o[4] = {s1.x * scale, s1.y * scale, s1.z * scale, s1.w * scale};
+    float o[4];
     if (DUAL) {
-      o[0] = silu(o[0]) * (s2.x * scale);
-      o[1] = silu(o[1]) * (s2.y * scale);
-      o[2] = silu(o[2]) * (s2.z * scale);
-      o[3] = silu(o[3]) * (s2.w * scale);
+      o[0] = ep.dual(s1.x, s2.x), o[1] = ep.dual(s1.y, s2.y), o[2] = ep.dual(s1.z, s2.z), o[3] = ep.dual(s1.w, s2.w);
+    } else {
+      /* columns past n read no bias (n < pn here) */
+      const int64_t last = pn - 1;
+      o[0] = ep.gemm(s1.x, m, n), o[1] = ep.gemm(s1.y, m, min(n + 1, last)), o[2] = ep.gemm(s1.z, m, min(n + 2, last));
+      o[3] = ep.gemm(s1.w, m, min(n + 3, last));
     }
     uint16_t *dst = c + m * c_row_stride + n;
     if (vec_ok && n + 3 < pn) {
-      st_global_v2(dst, pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
+      st_global_v2(dst, ep.pack2(o[0], o[1]), ep.pack2(o[2], o[3]));
     } else {
-      for (int i = 0; i < 4 && n + i < pn; i++) store_half(dst + i, o[i]);
+      for (int i = 0; i < 4 && n + i < pn; i++) ep.store(dst + i, o[i]);
     }
   }
 }

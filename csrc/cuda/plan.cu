@@ -19,6 +19,9 @@
  * mma, simt) that runs every problem, in launches of up to
  * NVFP4_LAUNCH_GROUPS problems.
  *
+ * Problems whose activations are 16-bit values (W4A16, a_type) go to the
+ * w4a16 kernel alone; the other kernels take NVFP4 activations only.
+ *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
  * (read once): it takes every call it can run, the table the rest.
  *   gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt; wgmma:predecode (the
@@ -33,8 +36,8 @@
 
 namespace {
 
-enum class Kernel { GEMV_DP4A, GEMV_MMA, SKINNY, WGMMA, MMA, SIMT, NONE };
-constexpr const char *KERNEL_NAMES[] = {"gemv_dp4a", "gemv_mma", "skinny", "wgmma", "mma", "simt"};
+enum class Kernel { W4A16, GEMV_DP4A, GEMV_MMA, SKINNY, WGMMA, MMA, SIMT, NONE };
+constexpr const char *KERNEL_NAMES[] = {"w4a16", "gemv_dp4a", "gemv_mma", "skinny", "wgmma", "mma", "simt"};
 
 /* How a rule's kernel sees the problem. */
 enum class View { GIVEN, VECTORS, SWAPPED };
@@ -86,6 +89,8 @@ struct Rule {
 
 /* The table. */
 constexpr Rule RULES[] = {
+    /* 16-bit activations (W4A16): the one kernel that takes them (mma.sync, every sm_80+ GPU) */
+    {Kernel::W4A16, View::GIVEN, true, always},
     /* the gemv op, a gemm of <= 8 weight rows: the weights' bytes decide, streamed once by a GEMV */
     {Kernel::GEMV_MMA, View::VECTORS, false, gemv_mma_pays},
     {Kernel::GEMV_DP4A, View::VECTORS, false, always}, /* 1 to 4 vectors: 0.84-0.93 of the copy rate (H200) */
@@ -122,7 +127,9 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
 }
 
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
+  if ((p.a_type != NVFP4_E2M1) != (k == Kernel::W4A16)) return false; /* W4A16 and the NVFP4 kernels: disjoint */
   switch (k) {
+    case Kernel::W4A16: return w4a16_can_run(p, dev);
     case Kernel::GEMV_DP4A: return gemv_dp4a_can_run(p, dev);
     case Kernel::GEMV_MMA: return gemv_mma_can_run(p, dev);
     case Kernel::SKINNY: return skinny_can_run(p, dev);
@@ -134,7 +141,7 @@ bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
 }
 
 bool is_gemv(Kernel k) { return k == Kernel::GEMV_DP4A || k == Kernel::GEMV_MMA; }
-bool is_tile(Kernel k) { return k == Kernel::WGMMA || k == Kernel::MMA || k == Kernel::SIMT; }
+bool is_tile(Kernel k) { return k == Kernel::W4A16 || k == Kernel::WGMMA || k == Kernel::MMA || k == Kernel::SIMT; }
 
 /* NVFP4_FORCE_KERNEL (tests): the kernel, and its option (wgmma: predecode
  * 1; mma: its WK). Unknown names force nothing. */
@@ -202,15 +209,22 @@ Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev) {
 
 bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
-/* Sizes in range; pointers present unless the problem is empty (an empty
- * tensor may have no storage); all dual or none. */
+/* Sizes in range; types known; pointers present unless the problem is empty
+ * (an empty tensor may have no storage); all dual or none, all W4A16 or none;
+ * no bias on a dual. */
 bool valid(const nvfp4_matmul *problems, int count) {
   if (count <= 0) return false;
   for (int g = 0; g < count; g++) {
     const nvfp4_matmul &p = problems[g];
+    const bool fp4 = p.a_type == NVFP4_E2M1;
     if (p.k <= 0 || p.k % 16 || p.m < 0 || p.n < 0 || p.batch < 0) return false;
-    if ((p.b2.data != nullptr) != (problems[0].b2.data != nullptr)) return false;
-    if (!empty(p) && !(p.a.data && p.b.data && p.a.sf && p.b.sf && p.c && (!p.b2.data || p.b2.sf))) return false;
+    if ((p.b2.data != nullptr) != (problems[0].b2.data != nullptr) || p.a_type != problems[0].a_type) return false;
+    if (!fp4 && p.a_type != NVFP4_F16 && p.a_type != NVFP4_BF16) return false;
+    if (p.c_type != NVFP4_F16 && p.c_type != NVFP4_BF16) return false;
+    if (p.bias && (p.b2.data || (p.bias_type != NVFP4_F32 && p.bias_type != NVFP4_F16 && p.bias_type != NVFP4_BF16)))
+      return false;
+    if (!empty(p) && !(p.a.data && p.b.data && (p.a.sf || !fp4) && p.b.sf && p.c && (!p.b2.data || p.b2.sf)))
+      return false;
   }
   return true;
 }
@@ -219,6 +233,7 @@ bool valid(const nvfp4_matmul *problems, int count) {
 cudaError_t launch_tiles(const Plan &plan, const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                          cudaStream_t stream) {
   switch (plan.kernel) {
+    case Kernel::W4A16: return w4a16_launch(problems, count, stream);
     case Kernel::WGMMA: return matmul_sm90_launch(problems, count, plan.option, ws, ctx, stream);
     case Kernel::MMA: return matmul_mma_launch(problems, count, plan.option, stream);
     default: return matmul_simt_launch(problems, count, stream);
@@ -239,10 +254,11 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
   if (!valid(problems, count)) return NVFP4_ERR_INVALID;
   if (count == 1 && empty(problems[0])) return NVFP4_OK; /* nothing to launch */
   const Plan plan = plan_call(problems, count, device_info());
+  const bool swapped = plan.view == View::SWAPPED; /* a GEMV kernel's bias then goes by its rows */
   cudaError_t err = cudaSuccess;
   switch (plan.kernel) {
-    case Kernel::GEMV_DP4A: err = gemv_dp4a_launch(plan.seen, plan.c_vec_stride, stream); break;
-    case Kernel::GEMV_MMA: err = gemv_mma_launch(plan.seen, plan.c_vec_stride, stream); break;
+    case Kernel::GEMV_DP4A: err = gemv_dp4a_launch(plan.seen, plan.c_vec_stride, swapped, stream); break;
+    case Kernel::GEMV_MMA: err = gemv_mma_launch(plan.seen, plan.c_vec_stride, swapped, stream); break;
     case Kernel::SKINNY: err = skinny_launch(problems[0], workspace, ctx, stream); break;
     default:
       for (int g = 0; g < count && err == cudaSuccess; g += NVFP4_LAUNCH_GROUPS)
@@ -260,6 +276,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems,
   const int n = std::min(count, NVFP4_LAUNCH_GROUPS); /* the first launch's */
   if (plan.kernel == Kernel::WGMMA) matmul_sm90_describe(problems, n, plan.option, true, what, sizeof what);
   if (plan.kernel == Kernel::MMA) matmul_mma_describe(problems, n, plan.option, what, sizeof what);
+  if (plan.kernel == Kernel::W4A16) w4a16_describe(problems, n, what, sizeof what);
   if (plan.view == View::SWAPPED) std::snprintf(what, sizeof what, "roles swapped");
   std::snprintf(buf, len, what[0] ? "%s (%s)" : "%s", KERNEL_NAMES[(int)plan.kernel], what);
   return NVFP4_OK;

@@ -104,6 +104,15 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* mma.sync m16n8k16 with bf16 inputs, fp32 accumulators in place: the
+ * fragments as mma_16816's (fp16). */
+__device__ __forceinline__ void mma_16816_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* mma.sync m16n8k32, A unsigned 8-bit, B signed 8-bit, int32 accumulators in
  * place (ISA "mma", integer types). a: rows g (a[0], a[2]) and g + 8 (a[1],
  * a[3]) of 16, k 4t..4t+3 (a[0], a[1]) and 16 + 4t.. (a[2], a[3]) of 32, byte

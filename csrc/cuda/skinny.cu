@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) issue(i);
 
-  const float scale = NVFP4_TC_UNSCALE * problem_alpha(p);
+  const Epilogue ep(p, NVFP4_TC_UNSCALE);
   float *part = reinterpret_cast<float *>(smem + S::PART);
   int *last_flag = reinterpret_cast<int *>(smem + S::LAST);
   /* a row block whose items more than one CTA takes */
@@ -192,12 +192,12 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
   auto store_block = [&](int b, const float *sum) {
     const int l = b / pl.blocks;
     const int64_t n0 = (int64_t)(b - l * pl.blocks) * ROWS;
-    uint16_t *cl = p.c + l * p.c_batch_stride;
+    uint16_t *cl = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
 #pragma unroll
     for (int q = 0; q < PER; q++) {
       const int o = tid + THREADS * q, m = o / ROWS;
       const int64_t n = n0 + o % ROWS;
-      if (m < p.m && n < p.n) store_half(cl + m * p.c_row_stride + n, sum[q] * scale);
+      if (m < p.m && n < p.n) ep.store(cl + m * p.c_row_stride + n, ep.gemm(sum[q], m, n));
     }
   };
   /* the tickets of the range's first and last block as they are now (threads 0
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
   auto store_acc = [&](int b) { /* block b whole in this warp: fp16 out from the fragments */
     const int l = b / pl.blocks;
     const int64_t n0 = (int64_t)(b - l * pl.blocks) * ROWS;
-    uint16_t *cl = p.c + l * p.c_batch_stride;
+    uint16_t *cl = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
         for (int v = 0; v < 4; v++) {
           const int m = 8 * i + 2 * t + (v & 1);
           const int64_t n = n0 + 16 * j + g + 8 * (v >> 1);
-          if (m < p.m && n < p.n) store_half(cl + m * p.c_row_stride + n, acc[j][i][v] * scale);
+          if (m < p.m && n < p.n) ep.store(cl + m * p.c_row_stride + n, ep.gemm(acc[j][i][v], m, n));
         }
   };
   clear();

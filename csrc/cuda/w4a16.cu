@@ -1,0 +1,558 @@
+/*
+ * w4a16.cu - W4A16 on mma.sync (sm_80+): 16-bit activations (fp16 or bf16,
+ * a_type) times NVFP4 weights, GEMM, dual GEMM and grouped GEMM, fp32
+ * accumulators, any shape, stride and alignment.
+ *   C[l, m, n] = sum_k A[l, m, k] * W[l, n, k],  A = p.a (2-byte values),
+ *   W = p.b (and p.b2 for a dual), then common.cuh's Epilogue.
+ *
+ * Roles: the weights are mma's A operand (m16 = 16 weight rows = 16 output
+ * columns), decoded in registers straight from their code bytes
+ * (nvfp4_wgmma_a_fragments); the activations are its B operand (n8 = 8
+ * activation rows), read as they are. A warp decodes each of its weight
+ * fragments once per K step and uses it for all 8 n8 tiles of its 64
+ * activation rows, so a small M (decode) wastes little: n8 tiles past M are
+ * neither read nor multiplied.
+ *
+ * Speed of light: max(bytes / DRAM bandwidth, 2 M N K / the fp16 tensor
+ * rate), bytes = L (N (K/2 + K/16) per weight matrix + 2 M K + 2 M N); a
+ * dual has two weight matrices and twice the flops. M = 16, N = K = 4096:
+ * 9.4 MB of weights, 2.8 us at 3.35 TB/s (H100 SXM), against 0.5 GFLOP
+ * (0.5 us at 989 TFLOP/s): bandwidth-bound, the weights' bytes decide.
+ * M = N = K = 4096: 77 MB (23 us) against 137 GFLOP (139 us at wgmma's dense
+ * fp16 rate; mma.sync peaks lower on Hopper; an A100's 312 TFLOP/s is its
+ * own peak): compute-bound. Per warp and K step of 64 (128 weight rows a
+ * CTA, all 8 n8 tiles), estimated from the source: 64 mma m16n8k16; the
+ * weights' decode, 8 words of 8 codes a thread (~13 instructions each,
+ * numerics.cuh) and their scales, ~125; for bf16 activations the exact
+ * fp16 -> bf16 conversion of the 32 fragment registers, 96; the activation
+ * fragments, 8 x (2 ld.shared.v4 + 8 prmt) = 80; the copies ~30: ~4.5
+ * (fp16) to ~6 (bf16) instructions per mma. Not measured yet.
+ *
+ * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
+ *   tile: 64 activation rows x TN output columns; gemm TN = 128 (warp w: weight
+ *     rows 32 w .. 32 w + 31, 2 m16 tiles) or TN = 64 where the 128-column tiles
+ *     leave SMs idle (warp w: 16 w .., 1 m16 tile); dual TN = 64 (warp w: rows
+ *     16 w .. of W1 and the same of W2, its two m16 tiles).
+ *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row) and
+ *     scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN = 64 of a
+ *     gemm), zero-filled past M, N and K--> smem
+ *   per warp and step: its weight m16 tiles -> A fragments (fp16; bf16 by an
+ *     exact conversion), then per n8 tile its B fragments and 4 mma per m16
+ *   epilogue: fp32 x 2^6 (UNSCALE) x alpha (+ bias), or silu(C1) * C2 ->
+ *     c_type; lanes g, g ^ 1 swap halves (one shuffle per pair) so that each
+ *     stores two adjacent columns as one 4-byte word.
+ * Grid: the tiles of all problems of a launch (MatmulTable), every batch;
+ * 2 CTAs an SM (~185-230 registers; 37.5 KB of shared memory, which sm_86 /
+ * sm_89's 100 KB also hold twice), 3 at TN = 64. Programmatic dependent
+ * launch where the device runs sm_90 code (common.cuh): pdl_wait first,
+ * pdl_launch_dependents before the epilogue.
+ *
+ * K order: thread t of a quad owns scale block t of a step (values 16 t ..
+ * 16 t + 15). The weight fragments come in the decoder's permuted order: in
+ * k16 step s, mma k slots (2t, 2t + 1) hold values 16 t + (0, 2), (4, 6),
+ * (1, 3), (5, 7) for s = 0..3, and slots (2t + 8, 2t + 9) the same + 8. The
+ * B fragments are built to match: the thread reads its row's 16 values (two
+ * 16-byte chunks, 8 words {x[2i], x[2i + 1]}) and pairs them with one prmt
+ * each, e.g. {x0, x2} = prmt(w0, w1, 0x5410), {x1, x3} = prmt(w0, w1, 0x7632).
+ * Slot k of A and slot k of B are the same value of K in every thread, so each
+ * 64-wide sum is the same set of exact products as the reference's: e2m1 x
+ * e4m3 (<= 6 significant bits) x 2^-6 (2^-14 below sm_89) is exact in fp16
+ * and in bf16, and its product with a 16-bit activation exact in fp32.
+ *
+ * Shared memory, a step: activations [64 rows][8 chunks of 16 bytes], chunk c
+ * of row r at chunk c ^ (r & 1) (the two 16-byte reads of a quarter warp, rows
+ * g and g + 1, then cover all 32 banks); weight codes [rows][32 bytes]; their
+ * scales [rows][4 bytes]. 12.5 KB a step at TN = 128 (10.25 KB at 64).
+ *
+ * Zero fill: activation rows past M (in an n8 tile that is read), weight rows
+ * past N and K past the end (K % 64 != 0) are zero values, zero codes with
+ * zero scales: their products are 0 (a blocked layout's padding scales are
+ * never read).
+ *
+ * Alignment: the fast path (FAST) copies everything with cp.async: activation
+ * and weight rows 16-byte aligned (data, row and batch strides) and a step's 4
+ * scale bytes one aligned word (common.cuh's cp_async_ok). Otherwise (any
+ * pointer or stride; e.g. weights of K % 32 == 16, or linear scales of K %
+ * 64 != 0) every byte goes through registers: a step's share of a thread is
+ * loaded before the mma of the current step with the widest loads its
+ * address allows (16 bytes down to 1) and stored to the ring after it. That
+ * costs ~7 (16-byte aligned rows) to ~100 (odd addresses) loads a step per
+ * thread instead of 7 copies, their shared-memory stores, and latency
+ * hidden by one step's mma instead of two. C at any alignment too (4-byte
+ * stores where c and its row stride allow, else 2-byte or single bytes).
+ */
+#include <algorithm>
+#include <cstdio>
+
+#include "kernels.h"
+
+namespace {
+
+constexpr int THREADS = 128; /* 4 warps */
+constexpr int KSTEP = 64;    /* K values per step */
+constexpr int TM = 64; /* activation rows of a tile: 8 n8 tiles, every warp all of them */
+
+/* The decoder (numerics.cuh) gives each weight times 2^-6 (2^-14 where
+ * NVFP4_TC_BITS); the activations carry no factor, so the sums carry 2^-6
+ * (2^-14) alone: the square root of NVFP4_TC_UNSCALE, which is the factor of
+ * two decoded operands. Differs by target: device code only. */
+constexpr float UNSCALE = NVFP4_TC_BITS ? 16384.0f : 64.0f;
+static_assert(UNSCALE * UNSCALE == NVFP4_TC_UNSCALE, "the weights' factor alone");
+
+/* A CTA's shape: MW m16 tiles (of 16 weight rows) per warp, TW weight rows a
+ * step (dual: TW / 2 of W1, then the same columns of W2), TN output columns.
+ * A step's bytes: activations, then weight codes at W_OFF, scales at SF_OFF.
+ * A thread copies NA activation chunks of 16 bytes (rows tid / 8 + 16 q,
+ * chunk tid % 8), MW weight chunks (rows tid / 2 + 64 q, half tid % 2) and,
+ * below TW, the scale word of row tid. */
+template <bool DUAL, int MW>
+struct Shape {
+  static_assert(MW == 2 || (MW == 1 && !DUAL), "a dual warp holds one m16 tile of each matrix");
+  static constexpr int STAGES = MW == 2 ? 3 : 4;
+  static constexpr int TW = 64 * MW, TN = DUAL ? TW / 2 : TW;
+  static constexpr int W_OFF = TM * 2 * KSTEP, SF_OFF = W_OFF + TW * KSTEP / 2;
+  static constexpr int STEP_BYTES = SF_OFF + TW * 4, SMEM = STAGES * STEP_BYTES;
+  static constexpr int NA = TM * 8 / THREADS;
+  static_assert(NA * THREADS == TM * 8 && MW * THREADS == TW * 2, "whole chunks per thread");
+};
+
+/* What a thread copies, at K step 0: row starts (rows that do not exist: row
+ * 0, never read), and which exist. A step adds 128 bytes to an activation
+ * row, 32 to a weight row, sf_step to the scales (4 linear, one 512-byte atom
+ * blocked). Activation row q is act(q): rows 16 apart, one pointer and a
+ * stride (four pointers took registers the loop needs). */
+template <int NA, int MW>
+struct Copies {
+  const uint8_t *act0, *w[MW], *sf;
+  int64_t act_step; /* 16 activation rows */
+  int sf_step;
+  uint32_t act_copy, act_ok, w_ok; /* bit q: row q is copied (its n8 tile is read) / exists */
+  bool sf_ok, sf_copy;             /* the scale row exists / this thread has one */
+
+  __device__ __forceinline__ const uint8_t *act(int q) const { return act_ok >> q & 1 ? act0 + q * act_step : act0; }
+};
+
+template <bool DUAL, int MW>
+__device__ __forceinline__ Copies<Shape<DUAL, MW>::NA, MW> copies_of(const nvfp4_matmul &p, int64_t l, int64_t m0,
+                                                                      int64_t n0, int tid) {
+  using S = Shape<DUAL, MW>;
+  Copies<S::NA, MW> c;
+  c.act_copy = c.act_ok = c.w_ok = 0;
+  /* row tid / 8 exists where any of the thread's rows does */
+  c.act0 = p.a.data + l * p.a.batch_stride + (m0 + tid / 8 < p.m ? m0 + tid / 8 : 0) * p.a.row_stride;
+  c.act_step = 16 * p.a.row_stride;
+#pragma unroll
+  for (int q = 0; q < S::NA; q++) {
+    const int r = tid / 8 + 16 * q;
+    const bool ok = m0 + r < p.m;
+    c.act_copy |= (m0 + (r & ~7) < p.m ? 1u : 0u) << q;
+    c.act_ok |= (ok ? 1u : 0u) << q;
+  }
+  /* smem weight row r: W's row n0 + r; dual: below TW / 2 W1's, then W2's */
+  auto weight_row = [&](int r, const nvfp4_operand *&op) {
+    const bool second = DUAL && r >= S::TW / 2;
+    op = second ? &p.b2 : &p.b;
+    return n0 + (second ? r - S::TW / 2 : r);
+  };
+#pragma unroll
+  for (int q = 0; q < MW; q++) {
+    const nvfp4_operand *op;
+    const int64_t row = weight_row(tid / 2 + 64 * q, op);
+    const bool ok = row < p.n;
+    c.w[q] = op->data + l * op->batch_stride + (ok ? row : 0) * op->row_stride;
+    c.w_ok |= (ok ? 1u : 0u) << q;
+  }
+  const nvfp4_operand *op;
+  const int64_t row = weight_row(tid < S::TW ? tid : 0, op);
+  c.sf_copy = tid < S::TW;
+  c.sf_ok = c.sf_copy && row < p.n;
+  c.sf = op->sf + l * op->sf_batch_stride +
+         nvfp4_sf_offset(op->sf_layout, op->sf_row_stride, p.k / 16, c.sf_ok ? row : 0, 0);
+  c.sf_step = op->sf_layout == NVFP4_SF_LINEAR ? 4 : 512;
+  return c;
+}
+
+/* Bytes of a 16-byte chunk that exist: `left` bytes of the row remain from
+ * its start (0, 8 or 16 here). */
+__device__ __forceinline__ int chunk_bytes(int64_t left) { return left <= 0 ? 0 : left < 16 ? (int)left : 16; }
+
+/* Up to 16 bytes (n = 0, 8 or 16; the rest 0) at any alignment: the widest
+ * loads the address allows. The general path's. */
+__device__ __forceinline__ uint4 load_chunk(const uint8_t *src, int n) {
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+  const unsigned mis = (unsigned)reinterpret_cast<uintptr_t>(src) & 15u;
+  if (n == 16 && !mis) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4 *>(src));
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else if (!(mis & 7u)) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+      if (8 * i < n) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(src) + i);
+        w[2 * i] = v.x, w[2 * i + 1] = v.y;
+      }
+  } else if (!(mis & 3u)) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      if (4 * i < n) w[i] = __ldg(reinterpret_cast<const unsigned int *>(src) + i);
+  } else if (!(mis & 1u)) {
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      if (2 * i < n) w[i / 2] |= (uint32_t)__ldg(reinterpret_cast<const unsigned short *>(src) + i) << (16 * (i % 2));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+      if (i < n) w[i / 4] |= (uint32_t)__ldg(src + i) << (8 * (i % 4));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* A step's n (0..4) scale bytes at any alignment, the rest 0. */
+__device__ __forceinline__ uint32_t load_scales(const uint8_t *src, int n) {
+  if (n == 4 && !(reinterpret_cast<uintptr_t>(src) & 3u)) return __ldg(reinterpret_cast<const unsigned int *>(src));
+  uint32_t w = 0;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    if (i < n) w |= (uint32_t)__ldg(src + i) << (8 * i);
+  return w;
+}
+
+/* One K step of a warp from the step at shared address `step`: its weight m16
+ * tiles (bit i of `tiles`: tile i has a column below N; smem rows w_row[i] + g
+ * and w_row8[i] + g) against the first `nt` n8 tiles of activations (a_off0 /
+ * a_off1: the thread's two chunks in row g). */
+template <bool BF16, int MW, int W_OFF, int SF_OFF>
+__device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], const int (&w_row8)[MW], uint32_t tiles,
+                                         int nt, uint32_t a_off0, uint32_t a_off1, int t, float (&acc)[MW][8][4]) {
+  uint32_t fa[MW][4][4];
+#pragma unroll
+  for (int i = 0; i < MW; i++)
+    if (tiles >> i & 1) {
+      const uint32_t r0 = w_row[i], r8 = w_row8[i];
+      const uint2 v0 = ld_shared_u2(step + W_OFF + r0 * 32 + 8 * t), v1 = ld_shared_u2(step + W_OFF + r8 * 32 + 8 * t);
+      const uint32_t sb = ld_shared_u8(step + SF_OFF + r0 * 4 + t) | ld_shared_u8(step + SF_OFF + r8 * 4 + t) << 8;
+      nvfp4_wgmma_a_fragments(v0, v1, sb, fa[i]);
+      if (BF16) {
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) fa[i][s][e] = nvfp4_half2_to_bf162_bits(fa[i][s][e]);
+      }
+    }
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    if (j < nt) {
+      const uint4 x = ld_shared_u4(step + a_off0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + a_off1 + j * 8 * 2 * KSTEP);
+      /* b[s]: k slots 2t, 2t + 1 (of x: values 16 t + 0..7) and 2t + 8, 2t + 9 (y: + 8..15) */
+      const uint32_t b[4][2] = {{prmt(x.x, x.y, 0x5410), prmt(y.x, y.y, 0x5410)},
+                                {prmt(x.z, x.w, 0x5410), prmt(y.z, y.w, 0x5410)},
+                                {prmt(x.x, x.y, 0x7632), prmt(y.x, y.y, 0x7632)},
+                                {prmt(x.z, x.w, 0x7632), prmt(y.z, y.w, 0x7632)}};
+#pragma unroll
+      for (int i = 0; i < MW; i++)
+        if (tiles >> i & 1) {
+#pragma unroll
+          for (int s = 0; s < 4; s++) {
+            if (BF16)
+              mma_16816_bf16(acc[i][j], fa[i][s], b[s][0], b[s][1]);
+            else
+              mma_16816(acc[i][j], fa[i][s], b[s][0], b[s][1]);
+          }
+        }
+    }
+}
+
+/* Where a thread's outputs go: c of the batch, as bytes. */
+struct Out {
+  uint8_t *c;
+  int64_t row_stride; /* elements */
+  bool pairs, halves; /* 4-byte stores of two columns allowed; 2-byte stores allowed */
+
+  __device__ __forceinline__ void one(const Epilogue &ep, int64_t row, int64_t col, float v) const {
+    uint8_t *dst = c + 2 * (row * row_stride + col);
+    if (halves) {
+      ep.store(reinterpret_cast<uint16_t *>(dst), v);
+    } else {
+      const uint32_t b = ep.bits(v);
+      dst[0] = (uint8_t)b, dst[1] = (uint8_t)(b >> 8);
+    }
+  }
+  /* outputs (row, col) and (row, col + 1), those that exist */
+  __device__ __forceinline__ void pair(const nvfp4_matmul &p, const Epilogue &ep, int64_t row, int64_t col, float v0,
+                                       float v1) const {
+    if (row >= p.m || col >= p.n) return;
+    if (pairs && col + 1 < p.n) {
+      *reinterpret_cast<uint32_t *>(c + 2 * (row * row_stride + col)) = ep.pack2(v0, v1);
+    } else {
+      one(ep, row, col, v0);
+      if (col + 1 < p.n) one(ep, row, col + 1, v1);
+    }
+  }
+};
+
+template <bool DUAL, bool BF16, bool FAST, int MW>
+__global__ void __launch_bounds__(THREADS, MW == 1 ? 3 : 2) w4a16_kernel(const __grid_constant__ MatmulTable t) {
+  using S = Shape<DUAL, MW>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  pdl_wait(); /* common.cuh: nothing global is touched before this */
+
+  int64_t tile = blockIdx.x;
+  const nvfp4_matmul &p = t.p[table_find(t, tile)];
+  const int64_t tiles_n = (p.n + S::TN - 1) / S::TN, tiles_m = (p.m + TM - 1) / TM;
+  const int64_t l = tile / (tiles_m * tiles_n);
+  const int64_t m0 = tile / tiles_n % tiles_m * TM, n0 = tile % tiles_n * S::TN;
+  const int steps = (int)((p.k + KSTEP - 1) / KSTEP);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  /* n8 tiles with a row below M (>= 1: the tile exists) */
+  const int nt = (int)std::min<int64_t>(8, (p.m - m0 + 7) / 8);
+  /* the warp's m16 tiles: smem rows of g and g + 8, first output column, and
+   * which have a column below N */
+  int w_row[MW], w_row8[MW];
+  uint32_t tiles = 0;
+#pragma unroll
+  for (int i = 0; i < MW; i++) {
+    const int r = DUAL ? i * (S::TW / 2) + 16 * warp : 16 * (MW * warp + i);
+    w_row[i] = r + g, w_row8[i] = r + 8 + g;
+    tiles |= (n0 + (DUAL ? 16 * warp : r) < p.n ? 1u : 0u) << i;
+  }
+  /* the thread's two activation chunks (2 tq, 2 tq + 1) of row g, swizzled */
+  const uint32_t a_off0 = g * 2 * KSTEP + 32 * tq + 16 * (g & 1), a_off1 = g * 2 * KSTEP + 32 * tq + 16 * (~g & 1);
+
+  float acc[MW][8][4];
+#pragma unroll
+  for (int i = 0; i < MW; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+
+  /* ---- the ring: a cp.async group per step (empty past the end, so the
+   * count stays exact); the general path loads a step into registers
+   * (st_*) before the mma of the current one and stores it after. */
+  const auto cp = copies_of<DUAL, MW>(p, l, m0, n0, tid);
+  const int a_chunk = tid % 8, w_half = tid % 2;
+  const int64_t a_bytes = 2 * p.k, w_bytes = p.k / 2, k_blocks = p.k / 16;
+  auto a_dst = [&](int s, int q) {
+    const int r = tid / 8 + 16 * q;
+    return s % S::STAGES * S::STEP_BYTES + r * 2 * KSTEP + 16 * (a_chunk ^ (r & 1));
+  };
+  auto w_dst = [&](int s, int q) { return s % S::STAGES * S::STEP_BYTES + S::W_OFF + 16 * (tid + THREADS * q); };
+  auto sf_dst = [&](int s) { return s % S::STAGES * S::STEP_BYTES + S::SF_OFF + 4 * tid; };
+  auto a_n = [&](int s, int q) { return cp.act_ok >> q & 1 ? chunk_bytes(a_bytes - (int64_t)s * 128 - 16 * a_chunk) : 0; };
+  auto w_n = [&](int s, int q) { return cp.w_ok >> q & 1 ? chunk_bytes(w_bytes - (int64_t)s * 32 - 16 * w_half) : 0; };
+  auto sf_n = [&](int s) {
+    const int64_t left = k_blocks - 4 * (int64_t)s;
+    return !cp.sf_ok || left <= 0 ? 0 : left < 4 ? (int)left : 4;
+  };
+  auto copy_step = [&](int s) {
+#pragma unroll
+    for (int q = 0; q < S::NA; q++)
+      if (cp.act_copy >> q & 1) {
+        const int n = a_n(s, q);
+        cp_async_16(smem + a_dst(s, q), n ? cp.act(q) + (int64_t)s * 128 + 16 * a_chunk : cp.act0, (uint32_t)n);
+      }
+#pragma unroll
+    for (int q = 0; q < MW; q++) {
+      const int n = w_n(s, q);
+      cp_async_16(smem + w_dst(s, q), n ? cp.w[q] + (int64_t)s * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
+    }
+    if (cp.sf_copy) {
+      const int n = sf_n(s);
+      cp_async_4(smem + sf_dst(s), n ? cp.sf + (int64_t)s * cp.sf_step : cp.sf, (uint32_t)n);
+    }
+  };
+  uint4 st_a[S::NA], st_w[MW];
+  uint32_t st_sf = 0;
+  auto load_step = [&](int s) {
+#pragma unroll
+    for (int q = 0; q < S::NA; q++) st_a[q] = load_chunk(cp.act(q) + (int64_t)s * 128 + 16 * a_chunk, a_n(s, q));
+#pragma unroll
+    for (int q = 0; q < MW; q++) st_w[q] = load_chunk(cp.w[q] + (int64_t)s * 32 + 16 * w_half, w_n(s, q));
+    st_sf = load_scales(cp.sf + (int64_t)s * cp.sf_step, sf_n(s));
+  };
+  auto store_step = [&](int s) {
+#pragma unroll
+    for (int q = 0; q < S::NA; q++)
+      if (cp.act_copy >> q & 1) *reinterpret_cast<uint4 *>(smem + a_dst(s, q)) = st_a[q];
+#pragma unroll
+    for (int q = 0; q < MW; q++) *reinterpret_cast<uint4 *>(smem + w_dst(s, q)) = st_w[q];
+    if (cp.sf_copy) *reinterpret_cast<uint32_t *>(smem + sf_dst(s)) = st_sf;
+  };
+
+  static_assert(S::STAGES >= 2, "a step in flight while one is read");
+#pragma unroll
+  for (int s = 0; s < S::STAGES - 1; s++) {
+    if (s < steps) {
+      if constexpr (FAST) {
+        copy_step(s);
+      } else {
+        load_step(s);
+        store_step(s);
+      }
+    }
+    if constexpr (FAST) cp_async_commit();
+  }
+  const uint32_t base = smem_addr(smem);
+  for (int s = 0; s < steps; s++) {
+    if constexpr (FAST) cp_async_wait<S::STAGES - 2>();
+    __syncthreads(); /* step s landed for every thread; every warp is done with step s - 1's slot */
+    const bool more = s + S::STAGES - 1 < steps;
+    if constexpr (FAST) {
+      if (more) copy_step(s + S::STAGES - 1);
+      cp_async_commit();
+    } else if (more) {
+      load_step(s + S::STAGES - 1);
+    }
+    mma_step<BF16, MW, S::W_OFF, S::SF_OFF>(base + s % S::STAGES * S::STEP_BYTES, w_row, w_row8, tiles, nt, a_off0, a_off1,
+                                            tq, acc);
+    if constexpr (!FAST) {
+      if (more) store_step(s + S::STAGES - 1); /* into step s - 1's slot, which every warp left before the barrier */
+    }
+  }
+  if constexpr (FAST) cp_async_wait<0>();
+  pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
+
+  /* acc[i][j][e]: weight row (output column) g + 8 (e / 2) of m16 tile i,
+   * activation row (output row) 2 tq + e % 2 of n8 tile j. After the swap with
+   * lane ^ 4 (g ^ 1) a thread of even g holds row 2 tq, columns g, g + 1 and
+   * g + 8, g + 9; of odd g row 2 tq + 1, columns g - 1, g and g + 7, g + 8. */
+  const Epilogue ep(p, UNSCALE);
+  uint8_t *c = static_cast<uint8_t *>(p.c) + 2 * l * p.c_batch_stride;
+  const Out out{c, p.c_row_stride, aligned(c, 4) && p.c_row_stride % 2 == 0, aligned(c, 2)};
+  const bool odd = g & 1;
+#pragma unroll
+  for (int i = 0; i < (DUAL ? 1 : MW); i++) {
+    if (!(tiles >> i & 1)) continue; /* all its columns past N (warp-uniform) */
+    const int64_t col0 = n0 + (DUAL ? 16 * warp : 16 * (MW * warp + i));
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      if (j < nt) {
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int64_t row = m0 + 8 * j + 2 * tq + e % 2, col = col0 + g + 8 * (e / 2);
+          v[e] = DUAL ? ep.dual(acc[0][j][e], acc[MW - 1][j][e])
+                      : ep.gemm(acc[i][j][e], row, col < p.n ? col : p.n - 1); /* no bias past n */
+        }
+        const float r0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[0] : v[1], 4);
+        const float r1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[2] : v[3], 4);
+        const int64_t row = m0 + 8 * j + 2 * tq + (odd ? 1 : 0), col = col0 + (g & ~1);
+        out.pair(p, ep, row, col, odd ? r0 : v[0], odd ? v[1] : r0);
+        out.pair(p, ep, row, col + 8, odd ? r1 : v[2], odd ? v[3] : r1);
+      }
+  }
+}
+
+/* Every copy of a problem one cp.async: activation and weight rows 16-byte
+ * aligned, a step's scale bytes one aligned word. */
+bool fast_ok(const nvfp4_matmul &p) {
+  return rows_aligned(p.a, 16) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
+}
+
+/* A launch's kernel: dual, bf16 activations, the fast path, m16 tiles per warp. */
+struct Config {
+  bool dual, bf16, fast;
+  int mw;
+};
+
+int64_t count_tiles(const nvfp4_matmul *problems, int count, int tn) {
+  int64_t tiles = 0;
+  for (int g = 0; g < count; g++) {
+    const nvfp4_matmul &p = problems[g];
+    tiles += (p.m + TM - 1) / TM * ((p.n + tn - 1) / tn) * p.batch;
+  }
+  return tiles;
+}
+
+/* problems[0, count) share a_type. Gemm: 64-column tiles (MW = 1) where the
+ * 128-column ones would not give every SM two CTAs (a small M: the weights
+ * stream through fewer SMs), fast path only; a rule of thumb, not measured. */
+Config config_of(const nvfp4_matmul *problems, int count) {
+  Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, 2};
+  for (int g = 0; g < count; g++) c.fast = c.fast && fast_ok(problems[g]);
+  if (!c.dual && c.fast && count_tiles(problems, count, Shape<false, 2>::TN) < 2 * (int64_t)device_info().sms) c.mw = 1;
+  return c;
+}
+
+int tile_n(const Config &c) { return c.dual ? Shape<true, 2>::TN : c.mw == 1 ? Shape<false, 1>::TN : Shape<false, 2>::TN; }
+
+template <bool DUAL, bool BF16, bool FAST, int MW>
+cudaError_t launch(const MatmulTable &t, unsigned tiles, cudaStream_t stream) {
+  auto kernel = w4a16_kernel<DUAL, BF16, FAST, MW>;
+  constexpr int smem = Shape<DUAL, MW>::SMEM;
+  static_assert(smem <= 48 * 1024, "no opt-in: every sm_80+ device gives a CTA 48 KB");
+  const DeviceInfo &dev = device_info();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(tiles);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr = pdl_attribute();
+  cfg.attrs = &attr;
+  cfg.numAttrs = dev.sm90_code ? 1 : 0; /* its pdl_wait exists */
+  return cudaLaunchKernelEx(&cfg, kernel, t);
+}
+
+template <bool BF16>
+cudaError_t launch(const Config &c, const MatmulTable &t, unsigned tiles, cudaStream_t stream) {
+  if (c.dual)
+    return c.fast ? launch<true, BF16, true, 2>(t, tiles, stream) : launch<true, BF16, false, 2>(t, tiles, stream);
+  if (!c.fast) return launch<false, BF16, false, 2>(t, tiles, stream);
+  return c.mw == 1 ? launch<false, BF16, true, 1>(t, tiles, stream) : launch<false, BF16, true, 2>(t, tiles, stream);
+}
+
+/* One launch of problems[0, count), count <= NVFP4_LAUNCH_GROUPS, one a_type. */
+cudaError_t launch_group(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+  const Config c = config_of(problems, count);
+  MatmulTable t;
+  const int64_t tiles = table_tiles(t, problems, count, TM, tile_n(c));
+  if (tiles == 0) return cudaSuccess;
+  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+  return c.bf16 ? launch<true>(c, t, (unsigned)tiles, stream) : launch<false>(c, t, (unsigned)tiles, stream);
+}
+
+/* problems of one a_type, in their order, at most NVFP4_LAUNCH_GROUPS of them:
+ * returns how many of `count` were taken (from `from` on). */
+int gather(const nvfp4_matmul *problems, int count, int32_t a_type, int &from, nvfp4_matmul (&out)[NVFP4_LAUNCH_GROUPS]) {
+  int n = 0;
+  for (; from < count && n < NVFP4_LAUNCH_GROUPS; from++)
+    if (problems[from].a_type == a_type) out[n++] = problems[from];
+  return n;
+}
+}  // namespace
+
+/* sm_80+, 16-bit activations; any shape, stride, alignment and scale layout. */
+bool w4a16_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  return dev.major >= 8 && (p.a_type == NVFP4_F16 || p.a_type == NVFP4_BF16);
+}
+
+/* problems[0, count), all dual or all not, each w4a16_can_run: one launch per
+ * activation type present (fp16 and bf16 problems are different kernels);
+ * empty problems get no tiles. */
+cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+  for (const int32_t type : {(int32_t)NVFP4_F16, (int32_t)NVFP4_BF16}) {
+    nvfp4_matmul group[NVFP4_LAUNCH_GROUPS];
+    for (int from = 0, n; (n = gather(problems, count, type, from, group)) > 0;) {
+      const cudaError_t err = launch_group(group, n, stream);
+      if (err != cudaSuccess) return err;
+    }
+  }
+  return cudaSuccess;
+}
+
+void w4a16_describe(const nvfp4_matmul *problems, int count, char *what, size_t len) {
+  bool f16 = false, bf16 = false;
+  for (int g = 0; g < count; g++) (problems[g].a_type == NVFP4_BF16 ? bf16 : f16) = true;
+  if (count <= 0) {
+    std::snprintf(what, len, "%s", "");
+    return;
+  }
+  if (f16 && bf16) {
+    std::snprintf(what, len, "fp16 and bf16 activations, a launch each");
+    return;
+  }
+  const Config c = config_of(problems, count);
+  std::snprintf(what, len, "%s activations, 64x%d tiles%s", c.bf16 ? "bf16" : "fp16", tile_n(c),
+                c.fast ? "" : ", register loads");
+}
