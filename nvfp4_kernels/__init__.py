@@ -14,7 +14,7 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     kernel_name(op, *args)                               which kernel op(*args) runs, and how
 
 The matmul ops take alphas (per-tensor scales), gemm a bias, and return fp16
-or bf16 (out_dtype).
+or bf16 (out_dtype). ``nn`` holds NVFP4Linear, the layer a model is made of.
 
 ``reference`` holds the exact definition (the test oracle), ``layouts`` the
 scale-layout helpers, ``testing`` the input generators shared by tests and
@@ -24,10 +24,10 @@ benchmarks.
 import torch  # noqa: F401  (loads the libraries _C links against)
 
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
-from . import layouts, reference
+from . import layouts, nn, reference
 from .ops import dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, kernel_name, quantize
 
 WITH_CUDA = bool(_C.with_cuda)
 
 __all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "quantize", "kernel_name",
-           "reference", "layouts", "WITH_CUDA"]
+           "reference", "layouts", "nn", "WITH_CUDA"]

@@ -142,3 +142,21 @@ def gemm_graph_replays(m, n, k, gen, replays):
         torch.cuda.synchronize()
         yield out, ref_gemm(a2, b2)
 
+
+def random_layer(n, k, bias, mode, gen, device="cpu", dtype=torch.bfloat16):
+    """An NVFP4Linear with random buffers: every e2m1 code, e4m3 scales over several binades (dot
+    products ~1), a per-tensor weight scale, and an input_scale for activations of amax ~2..5."""
+    from nvfp4_kernels.nn import NVFP4Linear
+
+    layer = NVFP4Linear(k, n, bias, mode=mode, dtype=dtype, device=device)
+    w = random_operand(None, n, k, gen=gen, dtype=torch.uint8)
+    with torch.no_grad():
+        layer.weight.copy_(w.data)
+        layer.weight_scale.copy_(w.sf)
+        layer.weight_scale_2.fill_(0.5 + torch.rand((), generator=gen).item())
+        if mode == "w4a4":
+            layer.input_scale.fill_((2.0 + 3.0 * torch.rand((), generator=gen).item()) / (6.0 * 448.0))
+        if bias:
+            layer.bias.copy_(torch.randn(n, generator=gen) * 4)
+    layer.update_derived_scales()
+    return layer

@@ -1,0 +1,370 @@
+"""NVFP4Linear: a linear layer whose weights are NVFP4, stored as an NVIDIA ModelOpt checkpoint stores them.
+
+Tensors of a layer with N = out_features, K = in_features (K a multiple of 16), named as in the
+checkpoint, so that ``state_dict()`` and ``load_state_dict()`` exchange them with it:
+
+    weight          uint8 [N, K/2]           e2m1 codes, two per byte, low nibble = even k
+    weight_scale    float8_e4m3fn [N, K/16]  one scale per 16 weights of a row (linear layout)
+    weight_scale_2  float32 []               per-tensor divisor: amax(|W|) / (6 * 448)
+    input_scale     float32 []               per-tensor divisor of the activations: amax(|x|) / (6 * 448),
+                                             from calibration (mode "w4a4" only)
+    bias            [N], the layer's dtype   (optional)
+
+ModelOpt's export writes the two scalars 0-dim (``.squeeze()``); loading also takes them as [1].
+With dequantize(codes, scales) = e2m1(code) * e4m3(scale) per element (``reference.dequantize``):
+
+    W   = dequantize(weight, weight_scale) * weight_scale_2
+    w4a4:  x_q = dequantize(quantize(x, global_scale=1 / input_scale)) * input_scale
+           (x quantized per 16 values along K, as ``ops.quantize``)
+    w4a16: x_q = x (fp16 / bf16 values, exact)
+    y   = x_q @ W^T + bias
+
+computed as alpha * (codes' values products, summed in fp32) + bias with alpha = input_scale *
+weight_scale_2 (w4a4) or weight_scale_2 (w4a16), and rounded to x's dtype. Inference only: the ops
+have no backward.
+
+Tensor parallelism (``shard``, ``ColumnParallelNVFP4Linear``, ``RowParallelNVFP4Linear``) splits
+the weight's rows (N) or its columns (K, in whole 16-value blocks) over ranks; the per-tensor
+scalars are replicated.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+import torch.distributed as dist
+
+from . import ops
+
+MODES = ("w4a4", "w4a16")
+_AMAX_TO_SCALE = 6.0 * 448.0  # e2m1's largest value times e4m3's: the divisor's denominator
+_BLOCK = 16
+_ACT_DTYPES = (torch.float16, torch.bfloat16)
+_BIAS_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Module.to(dtype), .half(), .bfloat16() cast every floating tensor; these keep their dtype.
+_FIXED_DTYPE = ("weight_scale", "weight_scale_2", "input_scale", "_input_global_scale", "_alpha")
+
+
+def _scalar_tensor(value, name: str, device) -> torch.Tensor:
+    """A positive finite per-tensor scale (a number or a one-element tensor) as a float32 0-dim tensor.
+    Reads the value to check it: for set-up (from_linear), not for forward."""
+    t = torch.as_tensor(value).detach()
+    if t.numel() != 1 or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must be a real number or a one-element real tensor, got {t.dtype} "
+                         f"shape {tuple(t.shape)}")
+    t = t.to(device=device, dtype=torch.float32).reshape(())
+    if not bool(torch.isfinite(t) & (t > 0)):
+        raise ValueError(f"{name} must be positive and finite, got {t.item()}")
+    return t
+
+
+class NVFP4Linear(torch.nn.Module):
+    """y = x @ W^T + bias with NVFP4 weights (see the module docstring for the numbers).
+
+    mode "w4a4": activations are quantized to NVFP4 per 16 values with the layer's input_scale (a
+    ModelOpt NVFP4 checkpoint's numerics), then an NVFP4 x NVFP4 gemm. mode "w4a16": the fp16 / bf16
+    activations are multiplied as they are (``ops.gemm_w4a16``); a checkpoint's input_scale, if any,
+    is ignored on loading. Every tensor is a buffer (nothing here is trainable); the derived scalars
+    1 / input_scale and the gemm's alpha are kept as non-persistent buffers, recomputed on loading
+    (call ``update_derived_scales()`` after changing a scale by hand).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, mode: str = "w4a4",
+                 dtype: torch.dtype = torch.bfloat16, device=None):
+        super().__init__()
+        if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features <= 0 \
+                or in_features % _BLOCK:
+            raise ValueError(f"NVFP4Linear: in_features must be a positive multiple of {_BLOCK} (one e4m3 scale "
+                             f"per {_BLOCK} weights), got {in_features!r}")
+        if isinstance(out_features, bool) or not isinstance(out_features, int) or out_features <= 0:
+            raise ValueError(f"NVFP4Linear: out_features must be a positive integer, got {out_features!r}")
+        if mode not in MODES:
+            raise ValueError(f"NVFP4Linear: mode must be one of {MODES}, got {mode!r}")
+        if bias and dtype not in _BIAS_DTYPES:
+            raise TypeError(f"NVFP4Linear: dtype (the bias's) must be float32, float16 or bfloat16, got {dtype}")
+        self.in_features, self.out_features, self.mode = in_features, out_features, mode
+        n, k = out_features, in_features
+        f32 = dict(dtype=torch.float32, device=device)
+        self.register_buffer("weight", torch.zeros(n, k // 2, dtype=torch.uint8, device=device))
+        self.register_buffer("weight_scale", torch.zeros(n, k // _BLOCK, dtype=torch.float8_e4m3fn, device=device))
+        self.register_buffer("weight_scale_2", torch.ones((), **f32))
+        if mode == "w4a4":
+            self.register_buffer("input_scale", torch.ones((), **f32))
+        # A buffer like the others: the ops have no backward, and a buffer stays out of optimizers and
+        # of requires_grad_() (an input that requires grad makes the ops refuse the call).
+        self.register_buffer("bias", torch.zeros(n, dtype=dtype, device=device) if bias else None)
+        self.update_derived_scales()
+
+    # ---- scales ------------------------------------------------------------------------------
+    def _set_derived(self, name: str, value: torch.Tensor) -> None:
+        """In place where possible, so that a captured CUDA graph sees new values."""
+        cur = self._buffers.get(name)
+        if cur is not None and cur.device == value.device and cur.shape == value.shape and not cur.is_meta:
+            cur.copy_(value)
+        else:
+            self.register_buffer(name, value, persistent=False)
+
+    @torch.no_grad()
+    def update_derived_scales(self) -> None:
+        """Recompute what forward reads besides the checkpoint's tensors: 1 / input_scale (the
+        activations' global scale, a multiplier) and alpha. Tensor ops only (no host sync)."""
+        if self.mode == "w4a4":
+            s_in = self.input_scale.float()
+            self._set_derived("_input_global_scale", 1.0 / s_in)
+            self._set_derived("_alpha", s_in * self.weight_scale_2.float())
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # the scalars as 0-dim whether stored [] or [1]; a w4a16 layer has no use for input_scale
+        for name in ("weight_scale_2", "input_scale"):
+            v = state_dict.get(prefix + name)
+            if isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() == 1:
+                state_dict[prefix + name] = v.reshape(())
+        if self.mode == "w4a16":
+            state_dict.pop(prefix + "input_scale", None)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        self.update_derived_scales()
+
+    def _apply(self, fn, recurse=True):
+        keep = {k: self._buffers[k] for k in _FIXED_DTYPE if self._buffers.get(k) is not None}
+        super()._apply(fn, recurse)
+        for k, old in keep.items():
+            new = self._buffers[k]
+            if new.dtype != old.dtype:  # a dtype cast: take only the device move
+                self._buffers[k] = old.to(new.device)
+        return self
+
+    # ---- forward -------------------------------------------------------------------------------
+    def _check_input(self, x) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"NVFP4Linear: x must be a tensor, got {type(x).__name__}")
+        if x.dtype not in _ACT_DTYPES:
+            raise TypeError(f"NVFP4Linear: x must be float16 or bfloat16, got {x.dtype}; cast it first, "
+                            "e.g. x.to(torch.bfloat16)")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"NVFP4Linear: x must be [..., in_features={self.in_features}], got shape "
+                             f"{tuple(x.shape)}")
+
+    def _linear(self, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        self._check_input(x)
+        if x.stride(-1) != 1:  # the ops read K contiguously
+            x = x.contiguous()
+        if self.mode == "w4a16":
+            return ops.gemm_w4a16(x, self.weight, self.weight_scale, alpha=self.weight_scale_2, bias=bias)
+        x2 = x.reshape(-1, self.in_features).contiguous()
+        xq, sx = ops.quantize(x2, global_scale=self._input_global_scale)
+        y = ops.gemm(xq, self.weight, sx, self.weight_scale, alpha=self._alpha, bias=bias, out_dtype=x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in_features] float16 or bfloat16 -> [..., out_features] in x's dtype."""
+        return self._linear(x, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"mode={self.mode!r}")
+
+    # ---- conversion ----------------------------------------------------------------------------
+    @classmethod
+    @torch.no_grad()
+    def from_linear(cls, linear: torch.nn.Linear, *, mode: str = "w4a4",
+                    input_scale: Union[None, float, torch.Tensor] = None,
+                    calibration: Optional[torch.Tensor] = None) -> "NVFP4Linear":
+        """Quantize ``linear.weight`` as ModelOpt does (codes, e4m3 scales and weight_scale_2 byte for
+        byte equal to its export); keep the bias, its dtype and the device.
+
+        w4a4 needs the activations' scale: ``input_scale`` (amax(|x|) / (6 * 448), a number or a
+        one-element tensor) or ``calibration``, example inputs whose amax gives it.
+        """
+        from . import conventions
+
+        if mode not in MODES:
+            raise ValueError(f"NVFP4Linear.from_linear: mode must be one of {MODES}, got {mode!r}")
+        w = linear.weight.detach()
+        if mode == "w4a4":
+            if (input_scale is None) == (calibration is None):
+                raise ValueError("NVFP4Linear.from_linear: mode 'w4a4' quantizes activations with input_scale; give "
+                                 "exactly one of input_scale (amax(|x|) / (6 * 448)) or calibration (example inputs)")
+            if calibration is not None:
+                input_scale = calibration.detach().abs().amax().float() / _AMAX_TO_SCALE
+            s_in = _scalar_tensor(input_scale, "input_scale", w.device)
+        elif input_scale is not None or calibration is not None:
+            raise ValueError("NVFP4Linear.from_linear: mode 'w4a16' does not quantize activations; "
+                             "input_scale and calibration are for 'w4a4'")
+        n, k = w.shape
+        bias = linear.bias
+        layer = cls(k, n, bias is not None, mode=mode, dtype=bias.dtype if bias is not None else w.dtype,
+                    device=w.device)
+        ws2 = conventions.global_scale(w, "modelopt")
+        codes, scales = ops.quantize(w, global_scale=ws2, convention="modelopt")
+        layer.weight.copy_(codes)
+        layer.weight_scale.copy_(scales)
+        layer.weight_scale_2.copy_(ws2)
+        if mode == "w4a4":
+            layer.input_scale.copy_(s_in)
+        if bias is not None:
+            layer.bias.copy_(bias.detach())
+        layer.update_derived_scales()
+        return layer
+
+
+# ---- tensor parallel -----------------------------------------------------------------------------
+def _shard_sizes(layer: NVFP4Linear, rank: int, world_size: int, dim: int):
+    """(in_features, out_features) of one shard, after checking the split is whole."""
+    if not isinstance(layer, NVFP4Linear):
+        raise TypeError(f"shard: layer must be an NVFP4Linear, got {type(layer).__name__}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"shard: need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    n, k = layer.out_features, layer.in_features
+    if dim == 0:
+        if n % world_size:
+            raise ValueError(f"shard: out_features={n} does not split evenly over world_size={world_size}")
+        return k, n // world_size
+    if dim == 1:
+        if k % (_BLOCK * world_size):
+            raise ValueError(f"shard: in_features={k} does not split into world_size={world_size} pieces of whole "
+                             f"{_BLOCK}-value blocks")
+        return k // world_size, n
+    raise ValueError(f"shard: dim must be 0 (column-parallel: split N) or 1 (row-parallel: split K), got {dim!r}")
+
+
+@torch.no_grad()
+def _copy_shard(dst: NVFP4Linear, src: NVFP4Linear, rank: int, dim: int) -> NVFP4Linear:
+    """Rank's piece of src's tensors into dst (already of the shard's shape); bias where dst has one."""
+    n, k = dst.out_features, dst.in_features
+    if dim == 0:
+        rows = slice(rank * n, (rank + 1) * n)
+        dst.weight.copy_(src.weight[rows])
+        dst.weight_scale.copy_(src.weight_scale[rows])
+        bias = None if src.bias is None else src.bias[rows]
+    else:  # K/2 code bytes and K/16 scales of the same K range
+        dst.weight.copy_(src.weight[:, rank * k // 2:(rank + 1) * k // 2])
+        dst.weight_scale.copy_(src.weight_scale[:, rank * k // _BLOCK:(rank + 1) * k // _BLOCK])
+        bias = src.bias
+    if dst.bias is not None:
+        dst.bias.copy_(bias)
+    dst.weight_scale_2.copy_(src.weight_scale_2)
+    if dst.mode == "w4a4":
+        dst.input_scale.copy_(src.input_scale)
+    dst.update_derived_scales()
+    return dst
+
+
+def _bias_dtype(layer: NVFP4Linear) -> torch.dtype:
+    return layer.bias.dtype if layer.bias is not None else torch.bfloat16
+
+
+def shard(layer: NVFP4Linear, rank: int, world_size: int, dim: int) -> NVFP4Linear:
+    """Rank's piece of ``layer`` as a new NVFP4Linear (copies, on the layer's device).
+
+    dim=0, column-parallel: rows rank*N/W .. of weight, weight_scale and bias; the shard's output is
+    that slice of the layer's output. dim=1, row-parallel: columns rank*K/W .. (K/W a multiple of 16),
+    i.e. the matching K/(2W) code bytes and K/(16W) scales; the shard takes that slice of x and the
+    sum of all shards' outputs is the layer's output, so the bias stays on rank 0 only. The
+    per-tensor scales are replicated.
+    """
+    k, n = _shard_sizes(layer, rank, world_size, dim)
+    has_bias = layer.bias is not None and (dim == 0 or rank == 0)
+    dst = NVFP4Linear(k, n, has_bias, mode=layer.mode, dtype=_bias_dtype(layer), device=layer.weight.device)
+    return _copy_shard(dst, layer, rank, dim)
+
+
+def _rank_and_size(rank, world_size, group):
+    if rank is None:
+        rank = dist.get_rank(group)
+    if world_size is None:
+        world_size = dist.get_world_size(group)
+    return rank, world_size
+
+
+def _parallel_from_layer(cls, layer: NVFP4Linear, dim: int, rank, world_size, group, **kw):
+    """A parallel class's shard of a whole layer along `dim` (rank and world_size default to the group's)."""
+    rank, world_size = _rank_and_size(rank, world_size, group)
+    _shard_sizes(layer, rank, world_size, dim)
+    dst = cls(layer.in_features, layer.out_features, layer.bias is not None, rank=rank, world_size=world_size,
+              group=group, mode=layer.mode, dtype=_bias_dtype(layer), device=layer.weight.device, **kw)
+    return _copy_shard(dst, layer, rank, dim)
+
+
+class ColumnParallelNVFP4Linear(NVFP4Linear):
+    """Column-parallel NVFP4Linear: this rank holds out_features / world_size rows of the weight.
+
+    in_features / out_features are the whole layer's; the buffers (ModelOpt's names) are this rank's
+    shard. forward takes the whole x; with gather_output (default) the shards' outputs are
+    all-gathered into the whole [..., out_features], else this rank's slice is returned (to feed a
+    RowParallelNVFP4Linear with input_is_parallel=True).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, rank: int, world_size: int,
+                 gather_output: bool = True, group=None, mode: str = "w4a4", dtype: torch.dtype = torch.bfloat16,
+                 device=None):
+        if world_size < 1 or not 0 <= rank < world_size or out_features % world_size:
+            raise ValueError(f"ColumnParallelNVFP4Linear: out_features={out_features} must split evenly over "
+                             f"world_size={world_size}, with 0 <= rank={rank} < world_size")
+        super().__init__(in_features, out_features // world_size, bias, mode=mode, dtype=dtype, device=device)
+        self.rank, self.world_size, self.gather_output, self.group = rank, world_size, gather_output, group
+
+    @classmethod
+    def from_layer(cls, layer: NVFP4Linear, rank: Optional[int] = None, world_size: Optional[int] = None, *,
+                   gather_output: bool = True, group=None) -> "ColumnParallelNVFP4Linear":
+        """This rank's shard of a whole layer (rank and world_size default to the group's)."""
+        return _parallel_from_layer(cls, layer, 0, rank, world_size, group, gather_output=gather_output)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self._linear(x, self.bias)
+        if not self.gather_output or self.world_size == 1:
+            return y
+        parts = [torch.empty_like(y) for _ in range(self.world_size)]
+        dist.all_gather(parts, y, group=self.group)
+        return torch.cat(parts, dim=-1)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()} (shard {self.rank} of {self.world_size}), "
+                f"gather_output={self.gather_output}")
+
+
+class RowParallelNVFP4Linear(NVFP4Linear):
+    """Row-parallel NVFP4Linear: this rank holds in_features / world_size columns of the weight (whole
+    16-value blocks: the matching code bytes and scales).
+
+    in_features / out_features are the whole layer's; the buffers are this rank's shard, with the
+    bias on rank 0 only (added there in the epilogue, so it enters the sum once). forward takes the
+    whole x, or this rank's slice with input_is_parallel=True; the partial outputs are all-reduced
+    (summed) in x's dtype, so results agree with the unsharded layer to the outputs' rounding, not
+    bit for bit.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, rank: int, world_size: int,
+                 input_is_parallel: bool = False, group=None, mode: str = "w4a4",
+                 dtype: torch.dtype = torch.bfloat16, device=None):
+        if world_size < 1 or not 0 <= rank < world_size or in_features % (_BLOCK * world_size):
+            raise ValueError(f"RowParallelNVFP4Linear: in_features={in_features} must split into world_size="
+                             f"{world_size} pieces of whole {_BLOCK}-value blocks, with 0 <= rank={rank} < world_size")
+        super().__init__(in_features // world_size, out_features, bias and rank == 0, mode=mode, dtype=dtype,
+                         device=device)
+        self.rank, self.world_size, self.input_is_parallel, self.group = rank, world_size, input_is_parallel, group
+
+    @classmethod
+    def from_layer(cls, layer: NVFP4Linear, rank: Optional[int] = None, world_size: Optional[int] = None, *,
+                   input_is_parallel: bool = False, group=None) -> "RowParallelNVFP4Linear":
+        """This rank's shard of a whole layer (rank and world_size default to the group's)."""
+        return _parallel_from_layer(cls, layer, 1, rank, world_size, group, input_is_parallel=input_is_parallel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.input_is_parallel:
+            k = self.in_features
+            if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1] != k * self.world_size:
+                raise ValueError(f"RowParallelNVFP4Linear: x must be [..., in_features={k * self.world_size}] "
+                                 f"(the whole input; input_is_parallel=True takes this rank's {k}), got shape "
+                                 f"{tuple(x.shape)}")
+            x = x[..., self.rank * k:(self.rank + 1) * k]
+        y = self._linear(x, self.bias)
+        if self.world_size > 1:
+            dist.all_reduce(y, group=self.group)
+        return y
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()} (shard {self.rank} of {self.world_size}), "
+                f"input_is_parallel={self.input_is_parallel}")
