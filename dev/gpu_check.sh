@@ -21,9 +21,11 @@ export PYTHONUNBUFFERED=1
 echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-if ! python3 -c "import pytest" 2>/dev/null; then  # no network there: wheels carried in .whl/
+if ls .whl/*.whl >/dev/null 2>&1; then  # no network there: wheels carried in .whl/ (pytest, xdist, the oracles)
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# the suite over the machine's cores where pytest-xdist is there
+XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n $(($(nproc) < 14 ? $(nproc) : 14))")
 
 echo "== build"
 echo "toolchain: CC=${CC:-unset} CXX=${CXX:-unset}; g++ on PATH: $(command -v g++) ($(g++ -dumpfullversion 2>/dev/null))"
@@ -43,7 +45,7 @@ if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exi
 echo "built in ${build_s}s"
 
 echo "== tests"
-timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
+timeout ${TEST_TIMEOUT:-1500} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-$XDIST tests} 2>&1 | tee "$OUT/pytest.log" | tail -25
 status=${PIPESTATUS[0]}
 test_line=$(grep -E "[0-9]+ (passed|failed)" "$OUT/pytest.log" | tail -1)
 san_line="skipped"
