@@ -14,7 +14,8 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     kernel_name(op, *args)                               which kernel op(*args) runs, and how
 
 The matmul ops take alphas (per-tensor scales), gemm a bias, and return fp16
-or bf16 (out_dtype). ``nn`` holds NVFP4Linear, the layer a model is made of.
+or bf16 (out_dtype). ``nn`` holds NVFP4Linear, the layer a model is made of;
+``models`` loads and saves NVFP4 checkpoints (ModelOpt, compressed-tensors).
 
 ``reference`` holds the exact definition (the test oracle), ``layouts`` the
 scale-layout helpers, ``testing`` the input generators shared by tests and

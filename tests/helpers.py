@@ -2,6 +2,8 @@
 poisoned with NaN, and the reference result."""
 
 import os
+import subprocess
+import sys
 
 import torch
 
@@ -160,3 +162,15 @@ def random_layer(n, k, bias, mode, gen, device="cpu", dtype=torch.bfloat16):
             layer.bias.copy_(torch.randn(n, generator=gen) * 4)
     layer.update_derived_scales()
     return layer
+
+
+def run_example(name, *args):
+    """examples/<name> in a fresh interpreter that imports the package as this one does (built in
+    place in a clone, or installed)."""
+    import nvfp4_kernels
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(nvfp4_kernels.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, os.path.join(root, "examples", name), *args], capture_output=True,
+                          text=True, timeout=600, env=env)

@@ -1,0 +1,210 @@
+"""A Llama-architecture model in NVFP4: quantize, save as a ModelOpt checkpoint, load it back, generate.
+
+    python examples/nvfp4_llama.py --tiny         # CI size: seconds on a CPU
+    python examples/nvfp4_llama.py                # a larger one (hidden 512, 4 layers)
+    python examples/nvfp4_llama.py --config 8b    # Llama-3-8B's shapes, for a GPU
+    ... --no-compile                              # GPU timings of eager decoding only (no compile time)
+
+The model is built from a config with random weights (nothing is downloaded). It is quantized
+as NVIDIA ModelOpt quantizes (input scales calibrated on random tokens), written as a ModelOpt
+checkpoint, and loaded back twice with nvfp4_kernels.models.hf.from_pretrained: W4A4 (weights
+and activations NVFP4) and W4A16 (weights only). Each generates greedily; printed per mode:
+
+* the logits' max error against a fake-quantized reference, as max|diff| / max|logit| over the
+  prompt and the generated tokens: the same model in the same dtype with each NVFP4 layer
+  replaced by its fake-quantized twin (the weights, and for W4A4 the activations, quantized and
+  dequantized with nvfp4_kernels.reference, the product computed exactly in float64 and rounded
+  once to the model's dtype). The two differ only by the kernels' fp32 summation order, and by
+  what a one-unit difference flips downstream (in W4A4 an activation on an e2m1 rounding
+  boundary moves by a whole 4-bit step); the largest error of one layer on its own input is
+  printed next to it;
+* the top-1 agreement with the bf16 model over the generated tokens (both read the same
+  sequence): what 4-bit quantization changes;
+* on a GPU, decode tokens/s at batch 1 for bf16, W4A4 and W4A16 (static KV cache and
+  torch.compile with CUDA graphs where that works, else eager; the line says which).
+
+Random weights give flat logits, so the agreement is lower than a trained model's.
+"""
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.models import hf, quantize_model, save_modelopt
+from nvfp4_kernels.nn import NVFP4Linear
+
+CONFIGS = {
+    "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512),
+    "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=4, vocab_size=8192),
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5),
+}
+
+
+class FakeQuantLinear(torch.nn.Module):
+    """An NVFP4Linear's exact twin: its weights dequantized (float64); for W4A4 the input quantized
+    and dequantized per 16 values with the layer's global scale; the product and bias in float64,
+    rounded once to the input's dtype."""
+
+    def __init__(self, layer: NVFP4Linear):
+        super().__init__()
+        w = reference.dequantize(layer.weight, layer.weight_scale) * layer.weight_scale_2.double()
+        self.register_buffer("weight", w)
+        self.register_buffer("bias", None if layer.bias is None else layer.bias.double())
+        self.w4a4 = layer.mode == "w4a4"
+        if self.w4a4:
+            self.register_buffer("g", layer._input_global_scale.clone())  # 1 / input_scale, as the layer uses it
+            self.register_buffer("input_scale", layer.input_scale.clone())
+
+    def forward(self, x):
+        xd = x.double()
+        if self.w4a4:
+            codes, sf = reference.quantize(x.float(), self.g)
+            xd = reference.dequantize(codes, sf) * self.input_scale.double()
+        return torch.nn.functional.linear(xd, self.weight, self.bias).to(x.dtype)
+
+
+def fake_quant_reference(model, model_q):
+    """model (same dtype) with each of model_q's NVFP4 layers as a FakeQuantLinear."""
+    ref = copy.deepcopy(model)
+    for name, mod in model_q.named_modules():
+        if isinstance(mod, NVFP4Linear):
+            parent, _, leaf = name.rpartition(".")
+            setattr(ref.get_submodule(parent) if parent else ref, leaf, FakeQuantLinear(mod))
+    return ref
+
+
+@torch.no_grad()
+def logits(model, ids):
+    return model(ids).logits[0].float()
+
+
+@torch.no_grad()
+def logits_and_layer_error(model, ids):
+    """The model's logits, and the largest error of one NVFP4 layer against its FakeQuantLinear on
+    the same (bf16) input, max|diff| / max|ref| over the layers: what the kernels add."""
+    worst, handles = [0.0], []
+
+    def hook(layer, args, out):
+        ref = FakeQuantLinear(layer)(args[0]).float()
+        worst[0] = max(worst[0], ((out.float() - ref).abs().max() / ref.abs().max()).item())
+
+    for mod in model.modules():
+        if isinstance(mod, NVFP4Linear):
+            handles.append(mod.register_forward_hook(hook))
+    try:
+        return logits(model, ids), worst[0]
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def tokens_per_second(model, prompt, new_tokens, device):
+    """Greedy decode of new_tokens at batch 1, after a warm-up call (which compiles, where compiled)."""
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    model.generate(prompt, **kw)
+    sync(device)
+    t = time.perf_counter()
+    model.generate(prompt, **kw)
+    sync(device)
+    return new_tokens / (time.perf_counter() - t)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tiny", action="store_true", help="the CI-sized model (same as --config tiny)")
+    p.add_argument("--config", choices=sorted(CONFIGS), default="small")
+    p.add_argument("--tokens", type=int, default=32, help="tokens to generate")
+    p.add_argument("--out", help="checkpoint directory (default: a temporary one)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-compile", action="store_true", help="time eager decoding only (GPU)")
+    p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="the model's dtype")
+    args = p.parse_args()
+    name = "tiny" if args.tiny else args.config
+    dtype = getattr(torch, args.dtype)
+
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    device = "cuda" if torch.cuda.is_available() and nk.WITH_CUDA else "cpu"
+    torch.manual_seed(args.seed)
+    cfg = LlamaConfig(**CONFIGS[name], max_position_embeddings=4096, architectures=["LlamaForCausalLM"])
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
+    n_params = sum(t.numel() for t in model.parameters())
+    gpu = f" ({torch.cuda.get_device_name()})" if device == "cuda" else ""
+    print(f"device: {device}{gpu}; model: Llama-architecture '{name}', hidden {cfg.hidden_size}, "
+          f"{cfg.num_hidden_layers} layers, vocab {cfg.vocab_size}, {n_params / 1e6:.1f}M parameters, random weights")
+
+    prompt = torch.randint(0, cfg.vocab_size, (1, 8), device=device)
+    calibration = [torch.randint(0, cfg.vocab_size, (1, 64), device=device) for _ in range(4)]
+    quantized = copy.deepcopy(model)
+    t = time.perf_counter()
+    quantize_model(quantized, mode="w4a4", calibration=calibration)
+    tmp = None if args.out else tempfile.TemporaryDirectory()
+    out = args.out or tmp.name
+    save_modelopt(quantized, out)
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    n_layers = sum(isinstance(m, NVFP4Linear) for m in quantized.modules())
+    del quantized
+    print(f"quantized {n_layers} linear layers (lm_head kept in {args.dtype}) and saved a ModelOpt checkpoint of "
+          f"{size / 2**20:.1f} MiB in {time.perf_counter() - t:.1f} s")
+
+    speeds = {}
+    for mode in ("w4a4", "w4a16"):
+        m = hf.from_pretrained(out, mode=mode, device=device, dtype=dtype)
+        seq = m.generate(prompt, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False,
+                         pad_token_id=0)
+        got, layer_err = logits_and_layer_error(m, seq)
+        ref = logits(fake_quant_reference(model, m), seq)
+        plain = logits(model, seq)
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        gen = slice(prompt.shape[1] - 1, seq.shape[1] - 1)  # the positions that chose the generated tokens
+        agree = (plain[gen].argmax(-1) == seq[0, prompt.shape[1]:]).float().mean().item()
+        print(f"{mode}: logits vs the fake-quantized reference: max error {err:.2e} of max|logit| (one layer on its "
+              f"own input: {layer_err:.2e}); top-1 agreement with the {args.dtype} model {agree:.3f} over "
+              f"{args.tokens} generated tokens")
+        if device == "cuda":
+            speeds[mode] = m
+        else:
+            del m
+    if device == "cuda":
+        speeds = {"bf16": model, **speeds}
+        how = "eager"
+        if not args.no_compile:
+            try:
+                for m in speeds.values():
+                    hf.compile_decode(m)
+                how = "static KV cache + torch.compile (CUDA graphs)"
+                rates = {k: tokens_per_second(m, prompt, 128, device) for k, m in speeds.items()}
+            except Exception as e:  # compile unavailable here: say so, time eagerly
+                print(f"torch.compile decoding failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); eager")
+                how = "eager"
+                for m in speeds.values():
+                    m.__dict__.pop("forward", None)  # the class's forward again
+                    m.generation_config.cache_implementation = None
+        if how == "eager":
+            rates = {k: tokens_per_second(m, prompt, 128, device) for k, m in speeds.items()}
+        print(f"decode tokens/s at batch 1 ({how}): " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
+    else:
+        print("decode tokens/s: measured on a GPU only")
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
