@@ -132,6 +132,7 @@ def main():
                                   reference.gemm(a.data, b.data, a.sf, b.sf, alpha, bias, bf16).float(),
                                   rtol=1e-2, atol=1e-2, equal_nan=True)
     for L, m, n, k, x_dtype, off in [(None, 1, 300, 512, torch.float16, 0), (2, 130, 129, 1040, bf16, 0),
+                                     (None, 1030, 4100, 256, bf16, 0),
                                      (None, 7, 64, 80, bf16, 1), (None, 65, 33, 48, torch.float16, 0)]:
         b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
         lead = (L,) if L else ()

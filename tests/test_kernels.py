@@ -45,7 +45,9 @@ CASES = {
              ("group", None, 30, 40, 48, ("blocked", "blocked"))],
     "w4a16": [("w4a16", None, 1, 7, 16, ("linear", "linear")), ("w4a16", 2, 129, 300, 1040, ("linear", "blocked")),
               ("w4a16", None, 5, 4096, 4096, ("linear", "linear")), ("w4a16+", None, 300, 65, 2048, ("linear", "blocked")),
-              ("w4a16dual", None, 8, 129, 512, ("linear", "linear")), ("w4a16dual", 2, 200, 96, 64, ("linear", "blocked"))],
+              ("w4a16dual", None, 8, 129, 512, ("linear", "linear")), ("w4a16dual", 2, 200, 96, 64, ("linear", "blocked")),
+              # 512 and 544 tiles of 64 x 128: the cp.async kernel of 128-column tiles (fp16, bf16 activations)
+              ("w4a16", None, 1024, 4096, 1024, ("linear", "linear")), ("w4a16+", None, 1025, 4096, 1024, ("linear", "blocked"))],
 }
 # The epilogue's variants ("+": bf16 out, alphas as device tensors, a bias) on every kernel's first shapes.
 for _kernel, _cases in CASES.items():

@@ -101,7 +101,7 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
   const int dual = p->b2.data != NULL;
   const int64_t k = p->k;
   const float alpha = p->alpha_ptr ? *p->alpha_ptr : p->alpha;
-  const float alpha2 = p->alpha2_ptr ? *p->alpha2_ptr : p->alpha2;
+  const float alpha2 = !dual ? 0.0f : p->alpha2_ptr ? *p->alpha2_ptr : p->alpha2;
   float lut[16];
   for (uint32_t code = 0; code < 16; code++) lut[code] = nvfp4_e2m1_to_float(code);
 

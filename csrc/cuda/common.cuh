@@ -14,9 +14,9 @@
 
 #include "numerics.cuh"
 
-/* Problems per launch. 16 * sizeof(nvfp4_matmul) keeps the table under the
- * 4 KB of kernel parameters every sm_80+ launch takes; more groups than this
- * are split over several launches (plan.cu). */
+/* Problems per launch: the table of 16 is ~4.4 KB of kernel parameters
+ * (every sm_80+ launch takes up to 32 KB with CUDA 12.1 and later); more
+ * groups than this are split over several launches (plan.cu). */
 #define NVFP4_LAUNCH_GROUPS 16
 
 /* One launch's problems, passed by value as a __grid_constant__ parameter:

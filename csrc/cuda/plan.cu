@@ -204,7 +204,7 @@ Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev) {
   }
   for (const Rule &r : RULES)
     if ((count == 1 || r.grouped) && takes(r.kernel, r.view, r.when, problems, count, dev, plan)) return plan;
-  return plan; /* not reached: the SIMT kernel runs everything */
+  return plan; /* NONE only for W4A16 where its kernel cannot run: the SIMT kernel runs every NVFP4 problem */
 }
 
 bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
@@ -254,6 +254,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
   if (!valid(problems, count)) return NVFP4_ERR_INVALID;
   if (count == 1 && empty(problems[0])) return NVFP4_OK; /* nothing to launch */
   const Plan plan = plan_call(problems, count, device_info());
+  if (plan.kernel == Kernel::NONE) return NVFP4_ERR_INVALID; /* W4A16 on a device no kernel runs */
   const bool swapped = plan.view == View::SWAPPED; /* a GEMV kernel's bias then goes by its rows */
   cudaError_t err = cudaSuccess;
   switch (plan.kernel) {
@@ -272,6 +273,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems,
   buf[0] = 0;
   if (count <= 0) return NVFP4_ERR_INVALID;
   const Plan plan = plan_call(problems, count, device_info());
+  if (plan.kernel == Kernel::NONE) return NVFP4_ERR_INVALID;
   char what[96] = "";
   const int n = std::min(count, NVFP4_LAUNCH_GROUPS); /* the first launch's */
   if (plan.kernel == Kernel::WGMMA) matmul_sm90_describe(problems, n, plan.option, true, what, sizeof what);

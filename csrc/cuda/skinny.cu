@@ -181,7 +181,6 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) issue(i);
 
-  const Epilogue ep(p, NVFP4_TC_UNSCALE);
   float *part = reinterpret_cast<float *>(smem + S::PART);
   int *last_flag = reinterpret_cast<int *>(smem + S::LAST);
   /* a row block whose items more than one CTA takes */
@@ -189,7 +188,9 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
   auto last_cta = [&](int b) { return cta_of(pl, b * pl.steps + pl.steps - 1); };
   auto split = [&](int b) { return first_cta(b) != last_cta(b); };
   constexpr int PER = ROWS * S::COLS / THREADS; /* outputs per thread: thread tid has o = tid + THREADS q */
+  /* the epilogue is built where it stores (its fields stay out of the main loop's registers) */
   auto store_block = [&](int b, const float *sum) {
+    const Epilogue ep(p, NVFP4_TC_UNSCALE);
     const int l = b / pl.blocks;
     const int64_t n0 = (int64_t)(b - l * pl.blocks) * ROWS;
     uint16_t *cl = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
@@ -230,7 +231,8 @@ __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__
         for (int v = 0; v < 4; v++)
           tile[(8 * i + 2 * t + (v & 1)) * S::PITCH + 16 * j + g + 8 * (v >> 1)] = acc[j][i][v];
   };
-  auto store_acc = [&](int b) { /* block b whole in this warp: fp16 out from the fragments */
+  auto store_acc = [&](int b) { /* block b whole in this warp: out from the fragments */
+    const Epilogue ep(p, NVFP4_TC_UNSCALE);
     const int l = b / pl.blocks;
     const int64_t n0 = (int64_t)(b - l * pl.blocks) * ROWS;
     uint16_t *cl = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;

@@ -43,7 +43,8 @@
  *     stores two adjacent columns as one 4-byte word.
  * Grid: the tiles of all problems of a launch (MatmulTable), every batch;
  * 2 CTAs an SM (~185-230 registers; 37.5 KB of shared memory, which sm_86 /
- * sm_89's 100 KB also hold twice), 3 at TN = 64. Programmatic dependent
+ * sm_89's 100 KB also hold twice), 3 at TN = 64 (2 on sm_86 / sm_89: 41 KB
+ * each). Programmatic dependent
  * launch where the device runs sm_90 code (common.cuh): pdl_wait first,
  * pdl_launch_dependents before the epilogue.
  *
@@ -57,7 +58,9 @@
  * Slot k of A and slot k of B are the same value of K in every thread, so each
  * 64-wide sum is the same set of exact products as the reference's: e2m1 x
  * e4m3 (<= 6 significant bits) x 2^-6 (2^-14 below sm_89) is exact in fp16
- * and in bf16, and its product with a 16-bit activation exact in fp32.
+ * and in bf16, and its product with a 16-bit activation exact in fp32 (but
+ * for bf16 activations below ~2^-110, 2^-102 on the sm_80 path, whose
+ * products with the scaled weights fall below fp32's range).
  *
  * Shared memory, a step: activations [64 rows][8 chunks of 16 bytes], chunk c
  * of row r at chunk c ^ (r & 1) (the two 16-byte reads of a quarter warp, rows
