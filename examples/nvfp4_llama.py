@@ -53,24 +53,23 @@ CONFIGS = {
 class FakeQuantLinear(torch.nn.Module):
     """An NVFP4Linear's exact twin: its weights dequantized (float64); for W4A4 the input quantized
     and dequantized per 16 values with the layer's global scale; the product and bias in float64,
-    rounded once to the input's dtype."""
+    rounded once to the input's dtype. The float64 weights are made per call, so that an 8B-sized
+    model's reference holds one layer's at a time."""
 
     def __init__(self, layer: NVFP4Linear):
         super().__init__()
-        w = reference.dequantize(layer.weight, layer.weight_scale) * layer.weight_scale_2.double()
-        self.register_buffer("weight", w)
-        self.register_buffer("bias", None if layer.bias is None else layer.bias.double())
+        self.layer = layer  # its buffers, read in forward
         self.w4a4 = layer.mode == "w4a4"
-        if self.w4a4:
-            self.register_buffer("g", layer._input_global_scale.clone())  # 1 / input_scale, as the layer uses it
-            self.register_buffer("input_scale", layer.input_scale.clone())
 
     def forward(self, x):
+        layer = self.layer
+        w = reference.dequantize(layer.weight, layer.weight_scale) * layer.weight_scale_2.double()
         xd = x.double()
         if self.w4a4:
-            codes, sf = reference.quantize(x.float(), self.g)
-            xd = reference.dequantize(codes, sf) * self.input_scale.double()
-        return torch.nn.functional.linear(xd, self.weight, self.bias).to(x.dtype)
+            codes, sf = reference.quantize(x.float(), layer._input_global_scale)  # 1 / input_scale, as the layer
+            xd = reference.dequantize(codes, sf) * layer.input_scale.double()
+        bias = None if layer.bias is None else layer.bias.double()
+        return torch.nn.functional.linear(xd, w, bias).to(x.dtype)
 
 
 def fake_quant_reference(model, model_q):
