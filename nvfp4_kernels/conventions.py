@@ -56,6 +56,7 @@ from __future__ import annotations
 import torch
 
 from .layouts import pack_fp4, to_blocked
+from .reference import e2m1_magnitude
 
 CONVENTIONS = ("modelopt", "torchao", "compressed_tensors")
 
@@ -116,26 +117,13 @@ def global_scale(x: torch.Tensor, convention: str) -> torch.Tensor:
     return g.to(torch.float32)
 
 
-def _e2m1_magnitude(a: torch.Tensor) -> torch.Tensor:
-    """|code| 0..7 of float32 magnitudes a >= 0, round to nearest even, saturating at 6 (NaN -> 0).
-    Ties: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4."""
-    m = (a > 0.25).to(torch.uint8)
-    m += a >= 0.75
-    m += a > 1.25
-    m += a >= 1.75
-    m += a > 2.5
-    m += a >= 3.5
-    m += a > 5.0
-    return m
-
-
 def _modelopt(blocks: torch.Tensor, g: torch.Tensor):
     amax = torch.maximum(blocks.amax(-1).abs(), blocks.amin(-1).abs()).float()
     s = amax / (6.0 * g)
     s = torch.where(s == 0, torch.ones_like(s), s)  # an all-zero block gets scale 1
     sf = s.clamp(min=2.0**-9, max=448.0).to(torch.float8_e4m3fn)
     q = blocks / (sf.to(torch.float32) * g).unsqueeze(-1)  # x's dtype / float32 -> float32 quotient
-    m = _e2m1_magnitude(q.abs())
+    m = e2m1_magnitude(q.abs())
     m = torch.where(torch.isnan(q), 7, m)  # its bound search places NaN above every bound
     return m | ((q < 0).to(torch.uint8) << 3), sf
 
@@ -148,7 +136,7 @@ def _torchao(blocks: torch.Tensor, g: torch.Tensor):
     # one multiplier per block, (1/g) / s, then x times it (it matches torchao's triton kernel)
     r = (1.0 / g) / sf.to(torch.float32)
     y = (xf * r.unsqueeze(-1)).clamp(-6.0, 6.0)
-    m = _e2m1_magnitude(y.abs())
+    m = e2m1_magnitude(y.abs())
     m = torch.where(torch.isnan(y), 7, m)
     return m | (torch.signbit(y).to(torch.uint8) << 3), sf
 
@@ -165,7 +153,7 @@ def _compressed_tensors(blocks: torch.Tensor, g: torch.Tensor):
     s_param = s.to(blocks.dtype)
     q = blocks / (s_param / g1).unsqueeze(-1)  # float32: x / f32(s / g)
     q = q.clamp(-6.0, 6.0)
-    m = _e2m1_magnitude(q.abs())  # NaN -> 0
+    m = e2m1_magnitude(q.abs())  # NaN -> 0
     return m | ((q < 0).to(torch.uint8) << 3), s_param.to(torch.float8_e4m3fn)
 
 

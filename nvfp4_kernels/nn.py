@@ -153,7 +153,7 @@ class NVFP4Linear(torch.nn.Module):
             x = x.contiguous()
         if self.mode == "w4a16":
             return ops.gemm_w4a16(x, self.weight, self.weight_scale, alpha=self.weight_scale_2, bias=bias)
-        x2 = x.reshape(-1, self.in_features).contiguous()
+        x2 = x.reshape(-1, self.in_features)  # rows of any stride: quantize reads K contiguously only
         xq, sx = ops.quantize(x2, global_scale=self._input_global_scale)
         y = ops.gemm(xq, self.weight, sx, self.weight_scale, alpha=self._alpha, bias=bias, out_dtype=x.dtype)
         return y.reshape(*x.shape[:-1], self.out_features)

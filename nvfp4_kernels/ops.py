@@ -89,7 +89,7 @@ def _alphas(alphas) -> Optional[torch.Tensor]:
     if isinstance(alphas, (str, bytes)) or not isinstance(alphas, Sequence):
         raise TypeError(f"nvfp4.group_gemm: alphas must be a float32 tensor [G] or a sequence of numbers, "
                         f"got {type(alphas).__name__}")
-    return torch.cat([_scalar("group_gemm", f"alphas[{g}]", x).reshape(1) for g, x in enumerate(alphas)]) \
+    return torch.stack([_scalar("group_gemm", f"alphas[{g}]", x) for g, x in enumerate(alphas)]) \
         if len(alphas) else torch.zeros(0)
 
 

@@ -129,15 +129,20 @@ def dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=N
 _E2M1_UP = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 
-def encode_e2m1(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """uint8 e2m1 codes of the exact quotients y / scale (float32, scale > 0): round to nearest
-    even, saturate to +-6, y's sign bit kept (-0 -> 8). Each boundary times the scale is exact in
-    float32 (e4m3 scales have 4 significant bits), so |y| is compared with it, no division."""
-    a = y.abs()
-    m = torch.zeros(y.shape, dtype=torch.uint8, device=y.device)
+def e2m1_magnitude(a: torch.Tensor, scale=1.0) -> torch.Tensor:
+    """uint8 magnitude codes 0..7 of a / scale (a >= 0): round to nearest even, saturate at 6, NaN
+    -> 0. Each boundary times the scale is compared with a, no division: exact where the products
+    are (float32 and an e4m3 scale: 4 significant bits)."""
+    m = torch.zeros(a.shape, dtype=torch.uint8, device=a.device)
     for edge, inclusive in _E2M1_UP:
         m += (a >= edge * scale if inclusive else a > edge * scale).to(torch.uint8)
-    return m | (torch.signbit(y).to(torch.uint8) << 3)
+    return m
+
+
+def encode_e2m1(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """uint8 e2m1 codes of the exact quotients y / scale (float32, scale > 0): round to nearest
+    even, saturate to +-6, y's sign bit kept (-0 -> 8)."""
+    return e2m1_magnitude(y.abs(), scale) | (torch.signbit(y).to(torch.uint8) << 3)
 
 
 def quantize(x: torch.Tensor, global_scale=None, sf_layout: str = "linear"):
