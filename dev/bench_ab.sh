@@ -6,10 +6,11 @@
 #
 # AB_VARIANTS: NAME=NVCC_FLAGS entries separated by ';'. Each variant is this
 # tree's csrc/, nvfp4_kernels/, benchmarks/ and build files copied to
-# /tmp/nvfp4_ab/NAME (or, where dev/ab_NAME/csrc exists, that csrc/ instead:
-# put another revision there with `mkdir -p dev/ab_NAME && git archive REV csrc
-# | tar -x -C dev/ab_NAME`, untracked, so the device tool carries it; delete it
-# before committing), built with NVFP4_NVCC_FLAGS = its flags for sm_90a only
+# /tmp/nvfp4_ab/NAME (each of them that dev/ab_NAME holds taken from there
+# instead: put another revision there with `mkdir -p dev/ab_NAME && git archive
+# REV csrc | tar -x -C dev/ab_NAME`, or its whole package with `git archive REV
+# csrc nvfp4_kernels benchmarks setup.py pyproject.toml submission.py`;
+# dev/ab_*/ is ignored by git), built with NVFP4_NVCC_FLAGS = its flags for sm_90a only
 # (AB_ARCH_NAME: other targets, as TORCH_CUDA_ARCH_LIST, e.g. AB_ARCH_ptx=8.0+PTX),
 # all builds at once. Then ROUNDS rounds run the command in each variant's copy
 # in turn, output prefixed by "NAME rROUND|" (the copy has no tests/: pytest from
@@ -39,7 +40,9 @@ if [ "$step" != run ]; then
     dir=$root/$name
     rm -rf "$dir" && mkdir -p "$dir"
     cp -r csrc nvfp4_kernels benchmarks setup.py pyproject.toml submission.py "$dir"/
-    if [ -d "dev/ab_$name/csrc" ]; then rm -rf "$dir/csrc" && cp -r "dev/ab_$name/csrc" "$dir/csrc"; fi
+    for part in csrc nvfp4_kernels benchmarks setup.py pyproject.toml submission.py; do  # another revision's
+      if [ -e "dev/ab_$name/$part" ]; then rm -rf "${dir:?}/$part" && cp -r "dev/ab_$name/$part" "$dir/$part"; fi
+    done
     (cd "$dir" && NVFP4_NVCC_FLAGS="$flags" TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS=$jobs \
       python3 setup.py build_ext --inplace >build.log 2>&1 || { echo "$name: build failed"; tail -20 build.log; exit 1; }) &
     pids+=($!)

@@ -3,7 +3,6 @@
     python examples/nvfp4_llama.py --tiny         # CI size: seconds on a CPU
     python examples/nvfp4_llama.py                # a larger one (hidden 512, 4 layers)
     python examples/nvfp4_llama.py --config 8b    # Llama-3-8B's shapes, for a GPU
-    ... --no-compile                              # GPU timings of eager decoding only (no compile time)
 
 The model is built from a config with random weights (nothing is downloaded). It is quantized
 as NVIDIA ModelOpt quantizes (input scales calibrated on random tokens), written as a ModelOpt
@@ -16,12 +15,16 @@ and activations NVFP4) and W4A16 (weights only). Each generates greedily; printe
   dequantized with nvfp4_kernels.reference, the product computed exactly in float64 and rounded
   once to the model's dtype). The two differ only by the kernels' fp32 summation order, and by
   what a one-unit difference flips downstream (in W4A4 an activation on an e2m1 rounding
-  boundary moves by a whole 4-bit step); the largest error of one layer on its own input is
-  printed next to it;
+  boundary moves by a whole 4-bit step, so through many layers of random weights the two drift
+  apart); next to it, the largest error of one layer on its own input, as a fraction of the
+  layer's max|out| and in units in the last place of the model's dtype at that max: a kernel that
+  sums the exact products in fp32 and rounds once is within one unit (for bf16 that unit is up
+  to 2^-7 of max|out|, for fp16 2^-10);
 * the top-1 agreement with the bf16 model over the generated tokens (both read the same
   sequence): what 4-bit quantization changes;
-* on a GPU, decode tokens/s at batch 1 for bf16, W4A4 and W4A16 (static KV cache and
-  torch.compile with CUDA graphs where that works, else eager; the line says which).
+* on a GPU, decode tokens/s at batch 1 for bf16, W4A4 and W4A16: one token's forward pass,
+  captured in a CUDA graph (a decode step's weight traffic, with no KV cache: attention over a
+  short context costs little beside the weights), median of replays.
 
 Random weights give flat logits, so the agreement is lower than a trained model's.
 """
@@ -87,21 +90,33 @@ def logits(model, ids):
     return model(ids).logits[0].float()
 
 
+def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of dtype's values (bf16 / fp16) at |ref| (a float64 tensor), subnormals included."""
+    info = torch.finfo(dtype)
+    bits = 7 if dtype == torch.bfloat16 else 10  # stored mantissa bits
+    e = torch.floor(torch.log2(ref.abs().clamp_min(info.tiny)))
+    return torch.exp2(e - bits)
+
+
 @torch.no_grad()
 def logits_and_layer_error(model, ids):
     """The model's logits, and the largest error of one NVFP4 layer against its FakeQuantLinear on
-    the same (bf16) input, max|diff| / max|ref| over the layers: what the kernels add."""
-    worst, handles = [0.0], []
+    the same input over the layers, as max|diff| / max|ref| and as max|diff| in units in the last
+    place of the output's dtype at max|ref|: what the kernels add (a value rounded to the other
+    neighbour is off by one unit of its own, at most one of the largest)."""
+    worst, handles = [0.0, 0.0], []
 
     def hook(layer, args, out):
-        ref = FakeQuantLinear(layer)(args[0]).float()
-        worst[0] = max(worst[0], ((out.float() - ref).abs().max() / ref.abs().max()).item())
+        ref = FakeQuantLinear(layer)(args[0])
+        o, r = out.double(), ref.double()
+        worst[0] = max(worst[0], ((o - r).abs().max() / r.abs().max()).item())
+        worst[1] = max(worst[1], ((o - r).abs().max() / ulp(r.abs().max(), out.dtype)).item())
 
     for mod in model.modules():
         if isinstance(mod, NVFP4Linear):
             handles.append(mod.register_forward_hook(hook))
     try:
-        return logits(model, ids), worst[0]
+        return logits(model, ids), worst
     finally:
         for h in handles:
             h.remove()
@@ -112,15 +127,37 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def tokens_per_second(model, prompt, new_tokens, device):
-    """Greedy decode of new_tokens at batch 1, after a warm-up call (which compiles, where compiled)."""
-    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-    model.generate(prompt, **kw)
-    sync(device)
-    t = time.perf_counter()
-    model.generate(prompt, **kw)
-    sync(device)
-    return new_tokens / (time.perf_counter() - t)
+@torch.no_grad()
+def tokens_per_second(model, device, replays=50):
+    """1 / the GPU time of one token's forward pass (batch 1, no KV cache) replayed from a CUDA
+    graph, median of `replays`. Returns (tokens/s, how it was timed): eagerly, host overhead
+    included, where capture fails."""
+    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+    step = lambda: model(ids, use_cache=False).logits  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graphs asks
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        run, how = graph.replay, "CUDA graph"
+    except Exception as e:  # a model whose forward cannot be captured: time it eagerly, and say so
+        print(f"CUDA graph capture failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); eager")
+        run, how = step, "eager"
+    times = []
+    for i in range(replays + 5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        if i >= 5:
+            times.append(start.elapsed_time(end) / 1e3)
+    return 1.0 / sorted(times)[len(times) // 2], how
 
 
 def main():
@@ -130,7 +167,6 @@ def main():
     p.add_argument("--tokens", type=int, default=32, help="tokens to generate")
     p.add_argument("--out", help="checkpoint directory (default: a temporary one)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-compile", action="store_true", help="time eager decoding only (GPU)")
     p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="the model's dtype")
     args = p.parse_args()
     name = "tiny" if args.tiny else args.config
@@ -167,37 +203,26 @@ def main():
         m = hf.from_pretrained(out, mode=mode, device=device, dtype=dtype)
         seq = m.generate(prompt, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False,
                          pad_token_id=0)
-        got, layer_err = logits_and_layer_error(m, seq)
+        got, (layer_err, layer_ulp) = logits_and_layer_error(m, seq)
         ref = logits(fake_quant_reference(model, m), seq)
         plain = logits(model, seq)
         err = ((got - ref).abs().max() / ref.abs().max()).item()
         gen = slice(prompt.shape[1] - 1, seq.shape[1] - 1)  # the positions that chose the generated tokens
         agree = (plain[gen].argmax(-1) == seq[0, prompt.shape[1]:]).float().mean().item()
         print(f"{mode}: logits vs the fake-quantized reference: max error {err:.2e} of max|logit| (one layer on its "
-              f"own input: {layer_err:.2e}); top-1 agreement with the {args.dtype} model {agree:.3f} over "
-              f"{args.tokens} generated tokens")
+              f"own input: {layer_err:.2e} of max|out|, {layer_ulp:.2f} ulp); top-1 agreement with the {args.dtype} "
+              f"model {agree:.3f} over {args.tokens} generated tokens")
         if device == "cuda":
             speeds[mode] = m
         else:
             del m
     if device == "cuda":
-        speeds = {"bf16": model, **speeds}
-        how = "eager"
-        if not args.no_compile:
-            try:
-                for m in speeds.values():
-                    hf.compile_decode(m)
-                how = "static KV cache + torch.compile (CUDA graphs)"
-                rates = {k: tokens_per_second(m, prompt, 128, device) for k, m in speeds.items()}
-            except Exception as e:  # compile unavailable here: say so, time eagerly
-                print(f"torch.compile decoding failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); eager")
-                how = "eager"
-                for m in speeds.values():
-                    m.__dict__.pop("forward", None)  # the class's forward again
-                    m.generation_config.cache_implementation = None
-        if how == "eager":
-            rates = {k: tokens_per_second(m, prompt, 128, device) for k, m in speeds.items()}
-        print(f"decode tokens/s at batch 1 ({how}): " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
+        rates = {k: tokens_per_second(m, device) for k, m in {args.dtype: model, **speeds}.items()}
+        hows = sorted({how for _, how in rates.values()})
+        print(f"decode tokens/s at batch 1 (one token's forward, {' / '.join(hows)}): "
+              + ", ".join(f"{k} {v:.1f}" for k, (v, _) in rates.items())
+              + "; speedup over " + args.dtype + ": "
+              + ", ".join(f"{k} {v / rates[args.dtype][0]:.2f}x" for k, (v, _) in rates.items() if k in speeds))
     else:
         print("decode tokens/s: measured on a GPU only")
     if tmp is not None:

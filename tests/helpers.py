@@ -45,6 +45,30 @@ def ref_gemv(a, b, alpha=None):
     return reference.gemv(a.data, b.data, a.sf, b.sf, alpha)
 
 
+def w4a16_slack(x, b1, sfb1, alpha1=1.0, b2=None, sfb2=None, alpha2=1.0):
+    """What an fp32 sum of W4A16 products may be off by, carried to the output. The products
+    (e2m1 x e4m3 x a 16-bit value: up to 17 significant bits) are exact in fp32 but their sums
+    round; a sum of K terms in any order is off by about sqrt(K) u sum|terms| (u = 2^-24, one
+    standard deviation and more): four times that. For the dual, carried through
+    silu(a1 c1) * (a2 c2) (|silu'| < 1.1). The W4A4 products have so few bits that their sums
+    stay within atol + rtol |ref| without this."""
+    k = x.shape[-1]
+    xa = x.double().abs()
+
+    def bound(b, sfb, alpha):
+        w = reference.dequantize(b, sfb).abs().transpose(-1, -2)
+        return abs(float(alpha)) * 4 * k**0.5 * 2.0**-24 * (xa @ w.to(xa.device))
+
+    e1 = bound(b1, sfb1, alpha1)
+    if b2 is None:
+        return e1
+    xd = x.double()
+    c1 = float(alpha1) * (xd @ reference.dequantize(b1, sfb1).transpose(-1, -2).to(xd.device))
+    c2 = float(alpha2) * (xd @ reference.dequantize(b2, sfb2).transpose(-1, -2).to(xd.device))
+    e2 = bound(b2, sfb2, alpha2)
+    return 1.1 * e1 * (c2.abs() + e2) + (torch.nn.functional.silu(c1).abs() + 1.1 * e1) * e2
+
+
 def launched(fn):
     """Run fn once under the profiler; return (result, names of the CUDA kernels it launched)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

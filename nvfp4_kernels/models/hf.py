@@ -8,9 +8,8 @@ the meta device (no memory, no random initialisation; buffers such as rotary tab
 usual), then ``load_checkpoint`` puts the checkpoint's tensors in: NVFP4 layers for the quantized
 linears, plain tensors in ``dtype`` for the rest. Nothing is downloaded: ``path`` is a directory.
 
-compile_decode switches generation to a static KV cache and compiles the model's forward with
-torch.compile ("reduce-overhead": CUDA graphs on a GPU), the recipe transformers documents for
-fast decoding; the NVFP4 ops are custom ops that compile without graph breaks.
+The NVFP4 layers run custom ops with fake (meta) implementations: torch.compile traces them
+without graph breaks, and CUDA graphs capture them.
 """
 
 from __future__ import annotations
@@ -75,12 +74,4 @@ def from_pretrained(path, *, mode: Optional[str] = None, dtype: torch.dtype = to
     return (model, report) if return_report else model
 
 
-def compile_decode(model, *, mode: str = "reduce-overhead", fullgraph: bool = True):
-    """Static KV cache + torch.compile of ``model.forward`` for ``model.generate`` (in place);
-    returns the model. The first generate calls compile (tens of seconds); later ones replay."""
-    model.generation_config.cache_implementation = "static"
-    model.forward = torch.compile(model.forward, mode=mode, fullgraph=fullgraph)
-    return model
-
-
-__all__ = ["from_pretrained", "compile_decode", "LoadReport"]
+__all__ = ["from_pretrained", "LoadReport"]
