@@ -54,18 +54,25 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
   san_line=""
   # each tool as the planner picks, then with kernels forced (NVFP4_FORCE_KERNEL): every
-  # 128-row wgmma launch pre-decoded, the mma.sync kernel everywhere in 64 x 64 tiles
+  # 128-row wgmma launch pre-decoded, the mma.sync kernel everywhere in 64 x 64 tiles.
+  # All runs at once (one CPU each; one after another they outlast a 10-minute call).
+  runs=()
   for tool in memcheck racecheck; do
     for force in ${SANITIZE_FORCES:-auto wgmma:predecode mma:wk4}; do
       log="$OUT/sanitize_${tool}_${force//:/_}.log"
-      if [ "$force" = auto ]; then unset NVFP4_FORCE_KERNEL; else export NVFP4_FORCE_KERNEL=$force; fi
-      timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 3 python3 dev/sanitize_cases.py >"$log" 2>&1
-      rc=$?
-      unset NVFP4_FORCE_KERNEL
-      tail -2 "$log"
-      san_line="$san_line $tool ($force): $([ $rc = 0 ] && echo clean || echo "rc=$rc")"
-      [ $rc = 0 ] || status=1
+      runs+=("$tool $force $log")
+      ( if [ "$force" != auto ]; then export NVFP4_FORCE_KERNEL=$force; fi
+        timeout ${SANITIZE_TIMEOUT:-500} compute-sanitizer --tool $tool --error-exitcode 3 python3 dev/sanitize_cases.py >"$log" 2>&1
+        echo $? >"$log.rc" ) &
     done
+  done
+  wait
+  for r in "${runs[@]}"; do
+    read -r tool force log <<<"$r"
+    rc=$(cat "$log.rc")
+    tail -2 "$log"
+    san_line="$san_line $tool ($force): $([ "$rc" = 0 ] && echo clean || { [ "$rc" = 124 ] && echo "timed out at $(grep '^case' "$log" | tail -1)" || echo "rc=$rc"; })"
+    [ "$rc" = 0 ] || status=1
   done
 fi
 

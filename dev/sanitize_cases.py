@@ -15,6 +15,11 @@ def main():
     dev = "cuda"
     bad = 0
 
+    def section(name):
+        """Where a run is: the last line a timed-out run printed."""
+        torch.cuda.synchronize()
+        print(f"case {name}", flush=True)
+
     def close(out, ref):
         return bool(within_tolerance(out, ref).all())
 
@@ -39,6 +44,7 @@ def main():
              (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"), (None, 37, 1, 8192, "blocked"),
              (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"), (None, 4300, 1, 1024, "blocked")]
     for L, m, n, k, lay in cases:
+        section(f"tiles, gemv {L} x {m} x {n} x {k} {lay}")
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
         b2 = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
@@ -48,6 +54,7 @@ def main():
         v = vector_operand(random_operand(L, 1, k if k % 32 == 0 else k + 16, gen=gen, device=dev, layout=lay))
         if k % 32 == 0:  # the dp4a gemv path
             bad += not close(nk.gemv(a.data, v.data, a.sf, v.sf), reference.gemv(a.data, v.data, a.sf, v.sf))
+    section("groups")
     probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
              for m, n, k in [(1, 7, 16), (129, 3, 48), (40, 129, 256)]]
     tc_probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
@@ -61,6 +68,7 @@ def main():
     # 2 (4 lanes); the dual of M = 3, 2 and 1: the GEMV's dual (B1 and B2 rows in one warp), 2, 2 and 8 lanes
     # per row (M = 1: each row split along K over 2 warps); 3 x 100 x 8192 and the dual 2 x 16 x 7168 on the
     # integer-mma kernel (csrc/cuda/plan.cu, gemv_mma_pays: 64 and 56 steps for a CTA's 16 warps)
+    section("gemv, roles swapped")
     for m, n, k in [(3, 300, 512), (3, 300, 576), (129, 2, 128), (3, 100, 8192)]:
         a = random_operand(2, m, k, gen=gen, device=dev, layout="blocked")
         b = random_operand(2, n, k, gen=gen, device=dev, layout="linear")
@@ -77,6 +85,7 @@ def main():
     # 6 x 200 x 1024 (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in
     # batches of 2, the dual 8 x 64 x 7168 and the gemm 6 x 96 x 7168 in 66 batches (two CTAs per batch, >= 160
     # steps: two steps per item); and the gemm 300 x 8 x 1024, a GEMV of B's 8 rows as given
+    section("integer-mma gemv")
     for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
                            ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
                            ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
@@ -87,12 +96,14 @@ def main():
     # Stream-K (csrc/cuda/matmul_sm90.cu): 72 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
     # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs in ranges of equal cost (unequal
     # steps) that hand partials over through the workspace
+    section("stream-K")
     a = random_operand(None, 176, 4352, gen=gen, device=dev, layout="blocked")
     b = random_operand(None, 36 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
     bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
     # The skinny kernel (csrc/cuda/skinny.cu; on Hopper M = 5..8 with K >= 8192 where the integer-mma GEMV does not
     # take the rows first: K = 32768, whose 8 vectors do not fit its shared memory): 8 x 200 x 32768 in batches of
     # 2 (row blocks of 128 items over many CTAs: partials, tickets), 5 x 70 x 32768 blocked (2 blocks, a tail)
+    section("skinny")
     for L, m, n, k, lay in [(2, 8, 200, 32768, "linear"), (None, 5, 70, 32768, "blocked")]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
         b = random_operand(L, n, k, gen=gen, device=dev, layout="linear")
@@ -101,6 +112,7 @@ def main():
     # above): the cases of K = 48 and 1040 and the first group above take it; here K % 64 == 32
     # (16-byte copies, linear scale rows 2 bytes off a word: scales through registers), a dual of two 128-row
     # tiles, and views 8 bytes into each row (8-byte copies, scales 1 byte off)
+    section("mma.sync")
     for op, L, m, n, k in [("gemm", 2, 70, 90, 96), ("dual", None, 200, 129, 1056)]:
         a = random_operand(L, m, k, gen=gen, device=dev, layout="linear")
         b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
@@ -108,6 +120,7 @@ def main():
     a, b = (random_operand(None, r, 656, gen=gen, device=dev) for r in (150, 130))
     a_data, a_sf, b_data, b_sf = a.data[:, 8:328], a.sf[:, 1:41], b.data[:, 8:328], b.sf[:, 1:41]
     bad += not close(nk.gemm(a_data, b_data, a_sf, b_sf), reference.gemm(a_data, b_data, a_sf, b_sf))
+    section("quantize")
     # quantize (csrc/cuda/quantize.cu): a warp per 32 columns (small) and per 128 (4300 rows), rows 8 bytes off
     # 16-byte alignment (scalar loads), the blocked layout's padding rows and columns, a device global scale
     for shape, dtype, lay in [((2, 7, 80), torch.bfloat16, "blocked"), ((4300, 2048), torch.float16, "linear"),
@@ -118,10 +131,11 @@ def main():
             got, want = nk.quantize(xs, global_scale=g, sf_layout=lay), reference.quantize(xs.cpu(), 0.5, lay)
             bad += not (torch.equal(got[0].cpu(), want[0]) and
                         torch.equal(got[1].cpu().view(torch.uint8), want[1].view(torch.uint8)))
+    section("epilogue, w4a16")
     # The epilogue (csrc/cuda/common.cuh) on the GEMV (roles swapped: a bias by row), skinny, wgmma and mma.sync
     # routes: bf16 out, a bias, alphas as device tensors; and W4A16 (csrc/cuda/w4a16.cu): fp16 and bf16
     # activations, the cp.async path and the register path (rows 2 bytes off 16-byte alignment, K % 64 != 0),
-    # a dual, a bias, a batch
+    # a dual, a bias, a batch; few tiles, whose CTAs share K
     bf16 = torch.bfloat16
     alpha = torch.tensor(0.75, device=dev)
     for m, n, k in [(3, 300, 512), (8, 200, 32768), (130, 300, 320), (70, 90, 96)]:
@@ -133,7 +147,10 @@ def main():
                                   rtol=1e-2, atol=1e-2, equal_nan=True)
     for L, m, n, k, x_dtype, off in [(None, 1, 300, 512, torch.float16, 0), (2, 130, 129, 1040, bf16, 0),
                                      (None, 1030, 4100, 256, bf16, 0),
-                                     (None, 7, 64, 80, bf16, 1), (None, 65, 33, 48, torch.float16, 0)]:
+                                     (None, 7, 64, 80, bf16, 1), (None, 65, 33, 48, torch.float16, 0),
+                                     # split-K: the partials, the tickets, the last CTA's sum
+                                     (None, 1, 300, 4096, torch.float16, 0), (None, 7, 64, 2080, bf16, 1),
+                                     (2, 20, 129, 1040, bf16, 0)]:
         b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
         lead = (L,) if L else ()
         x = torch.randn(lead + (m, k + off), generator=gen).to(x_dtype).to(dev)[..., off:]

@@ -47,7 +47,10 @@ CASES = {
               ("w4a16", None, 5, 4096, 4096, ("linear", "linear")), ("w4a16+", None, 300, 65, 2048, ("linear", "blocked")),
               ("w4a16dual", None, 8, 129, 512, ("linear", "linear")), ("w4a16dual", 2, 200, 96, 64, ("linear", "blocked")),
               # 512 and 544 tiles of 64 x 128: the cp.async kernel of 128-column tiles (fp16, bf16 activations)
-              ("w4a16", None, 1024, 4096, 1024, ("linear", "linear")), ("w4a16+", None, 1025, 4096, 1024, ("linear", "blocked"))],
+              ("w4a16", None, 1024, 4096, 1024, ("linear", "linear")), ("w4a16+", None, 1025, 4096, 1024, ("linear", "blocked")),
+              # few tiles: CTAs share a tile's K (split-K 8 of 16-row tiles; 4 of a dual; 5 of 64-row tiles, batched)
+              ("w4a16", None, 3, 300, 4096, ("linear", "linear")), ("w4a16dual", None, 16, 200, 2048, ("linear", "blocked")),
+              ("w4a16+", 2, 40, 129, 3008, ("linear", "linear"))],
 }
 # The epilogue's variants ("+": bf16 out, alphas as device tensors, a bias) on every kernel's first shapes.
 for _kernel, _cases in CASES.items():

@@ -161,6 +161,32 @@ inline unsigned long long launch_epoch() {
   return e;
 }
 
+/* Split sums' tickets (skinny.cu, w4a16.cu): whether this CTA is the last of
+ * the `n` that share a ticket to take it. A ticket holds a launch's epoch
+ * (launch_epoch(), 48 bits) and a count; one of another epoch (a workspace's
+ * earlier contents) counts as 0; the last CTA resets it to 0, so a CUDA
+ * graph's replays (the same epoch) start afresh. `old` is the ticket as read
+ * earlier, a guess (0 will do): the CAS tells the truth. The caller fences its
+ * partials before and after (__threadfence). ticket_epoch(): a launch's. */
+inline unsigned long long ticket_epoch() {
+  const unsigned long long e = launch_epoch() & 0xFFFFFFFFFFFFull;
+  return e ? e : 1;
+}
+
+__device__ __forceinline__ bool take_ticket(unsigned long long *ticket, unsigned long long old,
+                                            unsigned long long epoch, int n) {
+  unsigned long long next;
+  for (;;) {
+    next = (old >> 16) == epoch ? old + 1 : (epoch << 16) | 1u;
+    const unsigned long long seen = atomicCAS(ticket, old, next);
+    if (seen == old) break;
+    old = seen;
+  }
+  if ((int)(next & 0xFFFFu) != n) return false;
+  *ticket = 0; /* every other CTA sharing it has taken its ticket */
+  return true;
+}
+
 __host__ __device__ inline bool aligned(const void *ptr, int64_t a) { return reinterpret_cast<uintptr_t>(ptr) % a == 0; }
 
 /* Every row (and batch) of an operand's codes starts `w`-byte aligned. */

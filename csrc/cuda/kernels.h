@@ -23,8 +23,9 @@
 
 /* W4A16: 16-bit activations (a_type F16 / BF16) x NVFP4 weights. */
 bool w4a16_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
-cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream);
-void w4a16_describe(const nvfp4_matmul *problems, int count, char *what, size_t len);
+cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
+                         cudaStream_t stream);
+void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, char *what, size_t len);
 
 bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
 cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);

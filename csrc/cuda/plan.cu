@@ -233,7 +233,7 @@ bool valid(const nvfp4_matmul *problems, int count) {
 cudaError_t launch_tiles(const Plan &plan, const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                          cudaStream_t stream) {
   switch (plan.kernel) {
-    case Kernel::W4A16: return w4a16_launch(problems, count, stream);
+    case Kernel::W4A16: return w4a16_launch(problems, count, ws, ctx, stream);
     case Kernel::WGMMA: return matmul_sm90_launch(problems, count, plan.option, ws, ctx, stream);
     case Kernel::MMA: return matmul_mma_launch(problems, count, plan.option, stream);
     default: return matmul_simt_launch(problems, count, stream);
@@ -278,7 +278,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems,
   const int n = std::min(count, NVFP4_LAUNCH_GROUPS); /* the first launch's */
   if (plan.kernel == Kernel::WGMMA) matmul_sm90_describe(problems, n, plan.option, true, what, sizeof what);
   if (plan.kernel == Kernel::MMA) matmul_mma_describe(problems, n, plan.option, what, sizeof what);
-  if (plan.kernel == Kernel::W4A16) w4a16_describe(problems, n, what, sizeof what);
+  if (plan.kernel == Kernel::W4A16) w4a16_describe(problems, n, true, what, sizeof what);
   if (plan.view == View::SWAPPED) std::snprintf(what, sizeof what, "roles swapped");
   std::snprintf(buf, len, what[0] ? "%s (%s)" : "%s", KERNEL_NAMES[(int)plan.kernel], what);
   return NVFP4_OK;

@@ -103,22 +103,6 @@ __device__ __forceinline__ int cta_of(const Plan &pl, int x) {
   return x < big ? x / (pl.q + 1) : pl.r + (x - big) / pl.q;
 }
 
-/* Whether this CTA is the last of `n` to reach the block's ticket; `old` is
- * the ticket as read earlier (a guess: the CAS tells the truth). */
-__device__ __forceinline__ bool take_ticket(unsigned long long *ticket, unsigned long long old,
-                                            unsigned long long epoch, int n) {
-  unsigned long long next;
-  for (;;) {
-    next = (old >> 16) == epoch ? old + 1 : (epoch << 16) | 1u;
-    const unsigned long long seen = atomicCAS(ticket, old, next);
-    if (seen == old) break;
-    old = seen;
-  }
-  if ((int)(next & 0xFFFFu) != n) return false;
-  *ticket = 0; /* every other CTA of the block has taken its ticket */
-  return true;
-}
-
 template <int NT>
 __global__ void __launch_bounds__(THREADS) skinny_kernel(const __grid_constant__ nvfp4_matmul p, const Plan pl) {
   using S = Smem<NT>;
@@ -424,8 +408,7 @@ cudaError_t launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws_fn, void *ctx, c
     if (ws && aligned(ws, 16)) {
       pl.ws = static_cast<float *>(ws);
       pl.tickets = reinterpret_cast<unsigned long long *>(static_cast<uint8_t *>(ws) + part);
-      pl.epoch = launch_epoch() & 0xFFFFFFFFFFFFull;
-      if (!pl.epoch) pl.epoch = 1;
+      pl.epoch = ticket_epoch();
     } else {
       ctas = blocks;
     }

@@ -9,7 +9,7 @@
  * columns), decoded in registers straight from their code bytes
  * (nvfp4_wgmma_a_fragments); the activations are its B operand (n8 = 8
  * activation rows), read as they are. A warp decodes each of its weight
- * fragments once per K step and uses it for all 8 n8 tiles of its 64
+ * fragments once per K step and uses it for all n8 tiles of its 64 (or 16)
  * activation rows, so a small M (decode) wastes little: n8 tiles past M are
  * neither read nor multiplied.
  *
@@ -29,22 +29,28 @@
  * (fp16) to ~6 (bf16) instructions per mma. Not measured yet.
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
- *   tile: 64 activation rows x TN output columns; gemm TN = 128 (warp w: weight
- *     rows 32 w .. 32 w + 31, 2 m16 tiles) or TN = 64 where the 128-column tiles
- *     leave SMs idle (warp w: 16 w .., 1 m16 tile); dual TN = 64 (warp w: rows
- *     16 w .. of W1 and the same of W2, its two m16 tiles).
+ *   tile: TM = 64 activation rows (16 where every M of the launch is) x TN
+ *     output columns; gemm TN = 128 (warp w: weight rows 32 w .. 32 w + 31, 2
+ *     m16 tiles) or TN = 64 where the 128-column tiles leave SMs idle (warp w:
+ *     16 w .., 1 m16 tile); dual TN = 64 (warp w: rows 16 w .. of W1 and the
+ *     same of W2, its two m16 tiles).
  *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row) and
  *     scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN = 64 of a
- *     gemm), zero-filled past M, N and K--> smem
+ *     gemm; 6 and 8 at TM = 16), zero-filled past M, N and K--> smem
  *   per warp and step: its weight m16 tiles -> A fragments (fp16; bf16 by an
  *     exact conversion), then per n8 tile its B fragments and 4 mma per m16
  *   epilogue: fp32 x 2^6 (UNSCALE) x alpha (+ bias), or silu(C1) * C2 ->
  *     c_type; lanes g, g ^ 1 swap halves (one shuffle per pair) so that each
  *     stores two adjacent columns as one 4-byte word.
- * Grid: the tiles of all problems of a launch (MatmulTable), every batch;
- * 2 CTAs an SM (~185-230 registers; 37.5 KB of shared memory, which sm_86 /
+ * Grid: the tiles of all problems of a launch (MatmulTable), every batch,
+ * times `split` CTAs per tile where the tiles alone leave CTA slots empty
+ * (a small M: few output tiles, long K): each CTA takes a contiguous share
+ * of K's steps (at least 8), writes fp32 partials to the caller's workspace
+ * and takes the tile's ticket; the last adds the partials in a fixed order
+ * and runs the epilogue (as skinny.cu; deterministic, no memset).
+ * 2 CTAs an SM (~190-245 registers; 37.5 KB of shared memory, which sm_86 /
  * sm_89's 100 KB also hold twice), 3 at TN = 64 (2 on sm_86 / sm_89: 41 KB
- * each). Programmatic dependent
+ * each), 4 at TM = 16 (<= 128 registers, 35-40 KB). Programmatic dependent
  * launch where the device runs sm_90 code (common.cuh): pdl_wait first,
  * pdl_launch_dependents before the epilogue.
  *
@@ -93,7 +99,7 @@ namespace {
 
 constexpr int THREADS = 128; /* 4 warps */
 constexpr int KSTEP = 64;    /* K values per step */
-constexpr int TM = 64; /* activation rows of a tile: 8 n8 tiles, every warp all of them */
+constexpr int MAX_SPLIT = 16; /* CTAs sharing a tile's K (a ticket counts up to 2^16) */
 
 /* The decoder (numerics.cuh) gives each weight times 2^-6 (2^-14 where
  * NVFP4_TC_BITS); the activations carry no factor, so the sums carry 2^-6
@@ -102,21 +108,43 @@ constexpr int TM = 64; /* activation rows of a tile: 8 n8 tiles, every warp all 
 constexpr float UNSCALE = NVFP4_TC_BITS ? 16384.0f : 64.0f;
 static_assert(UNSCALE * UNSCALE == NVFP4_TC_UNSCALE, "the weights' factor alone");
 
-/* A CTA's shape: MW m16 tiles (of 16 weight rows) per warp, TW weight rows a
- * step (dual: TW / 2 of W1, then the same columns of W2), TN output columns.
- * A step's bytes: activations, then weight codes at W_OFF, scales at SF_OFF.
- * A thread copies NA activation chunks of 16 bytes (rows tid / 8 + 16 q,
- * chunk tid % 8), MW weight chunks (rows tid / 2 + 64 q, half tid % 2) and,
- * below TW, the scale word of row tid. */
-template <bool DUAL, int MW>
+/* A CTA's shape: TM activation rows (NT = TM / 8 n8 tiles, every warp all of
+ * them), MW m16 tiles (of 16 weight rows) per warp, TW weight rows a step
+ * (dual: TW / 2 of W1, then the same columns of W2), TN output columns. A
+ * step's bytes: activations, then weight codes at W_OFF, scales at SF_OFF; 16
+ * rows leave room for a deeper ring. A thread copies NA activation chunks of
+ * 16 bytes (rows tid / 8 + 16 q, chunk tid % 8), MW weight chunks (rows
+ * tid / 2 + 64 q, half tid % 2) and, below TW, the scale word of row tid.
+ * ACC: the floats of a CTA's accumulators, a split tile's partial. */
+template <bool DUAL, int MW, int TM>
 struct Shape {
   static_assert(MW == 2 || (MW == 1 && !DUAL), "a dual warp holds one m16 tile of each matrix");
-  static constexpr int STAGES = MW == 2 ? 3 : 4;
+  static_assert(TM == 16 || TM == 64, "16 or 64 activation rows");
+  static constexpr int STAGES = TM == 64 ? (MW == 2 ? 3 : 4) : (MW == 2 ? 6 : 8);
+  static constexpr int MIN_CTAS = TM == 64 ? (MW == 2 ? 2 : 3) : 4; /* an SM's (launch bounds); 128 registers at 4 */
+  static constexpr int NT = TM / 8;
   static constexpr int TW = 64 * MW, TN = DUAL ? TW / 2 : TW;
   static constexpr int W_OFF = TM * 2 * KSTEP, SF_OFF = W_OFF + TW * KSTEP / 2;
   static constexpr int STEP_BYTES = SF_OFF + TW * 4, SMEM = STAGES * STEP_BYTES;
   static constexpr int NA = TM * 8 / THREADS;
+  static constexpr int ACC = MW * NT * 4 * THREADS;
   static_assert(NA * THREADS == TM * 8 && MW * THREADS == TW * 2, "whole chunks per thread");
+};
+
+/* CTAs an SM holds: the shape's, but at most 3 on the register-load path
+ * (whose loads in flight spill at 128 registers). */
+__host__ __device__ constexpr int min_ctas(bool fast, int shape_min) { return fast || shape_min < 3 ? shape_min : 3; }
+
+/* Where the CTAs of a tile share its K (split > 1): CTA part p of `split`
+ * takes steps [steps p / split, steps (p + 1) / split), writes its fp32
+ * accumulators to ws (slot tile * split + p, ACC floats, thread-major), takes
+ * the tile's ticket (common.cuh), and the last to take it adds the slots in
+ * order p = 0, 1, ... (deterministic) and runs the epilogue. */
+struct Split {
+  float *ws;
+  unsigned long long *tickets;
+  unsigned long long epoch;
+  int split;
 };
 
 /* What a thread copies, at K step 0: row starts (rows that do not exist: row
@@ -135,10 +163,10 @@ struct Copies {
   __device__ __forceinline__ const uint8_t *act(int q) const { return act_ok >> q & 1 ? act0 + q * act_step : act0; }
 };
 
-template <bool DUAL, int MW>
-__device__ __forceinline__ Copies<Shape<DUAL, MW>::NA, MW> copies_of(const nvfp4_matmul &p, int64_t l, int64_t m0,
-                                                                      int64_t n0, int tid) {
-  using S = Shape<DUAL, MW>;
+template <bool DUAL, int MW, int TM>
+__device__ __forceinline__ Copies<Shape<DUAL, MW, TM>::NA, MW> copies_of(const nvfp4_matmul &p, int64_t l, int64_t m0,
+                                                                          int64_t n0, int tid) {
+  using S = Shape<DUAL, MW, TM>;
   Copies<S::NA, MW> c;
   c.act_copy = c.act_ok = c.w_ok = 0;
   /* row tid / 8 exists where any of the thread's rows does */
@@ -224,9 +252,9 @@ __device__ __forceinline__ uint32_t load_scales(const uint8_t *src, int n) {
  * tiles (bit i of `tiles`: tile i has a column below N; smem rows w_row[i] + g
  * and w_row8[i] + g) against the first `nt` n8 tiles of activations (a_off0 /
  * a_off1: the thread's two chunks in row g). */
-template <bool BF16, int MW, int W_OFF, int SF_OFF>
+template <bool BF16, int MW, int NT, int W_OFF, int SF_OFF>
 __device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], const int (&w_row8)[MW], uint32_t tiles,
-                                         int nt, uint32_t a_off0, uint32_t a_off1, int t, float (&acc)[MW][8][4]) {
+                                         int nt, uint32_t a_off0, uint32_t a_off1, int t, float (&acc)[MW][NT][4]) {
   uint32_t fa[MW][4][4];
 #pragma unroll
   for (int i = 0; i < MW; i++)
@@ -243,7 +271,7 @@ __device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], 
       }
     }
 #pragma unroll
-  for (int j = 0; j < 8; j++)
+  for (int j = 0; j < NT; j++)
     if (j < nt) {
       const uint4 x = ld_shared_u4(step + a_off0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + a_off1 + j * 8 * 2 * KSTEP);
       /* b[s]: k slots 2t, 2t + 1 (of x: values 16 t + 0..7) and 2t + 8, 2t + 9 (y: + 8..15) */
@@ -293,22 +321,30 @@ struct Out {
   }
 };
 
-template <bool DUAL, bool BF16, bool FAST, int MW>
-__global__ void __launch_bounds__(THREADS, MW == 1 ? 3 : 2) w4a16_kernel(const __grid_constant__ MatmulTable t) {
-  using S = Shape<DUAL, MW>;
+template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
+__global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::MIN_CTAS)))
+    w4a16_kernel(const __grid_constant__ MatmulTable t, const Split sp) {
+  using S = Shape<DUAL, MW, TM>;
+  constexpr int NT = S::NT;
   extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int last_part; /* this CTA took its split tile's ticket last */
   pdl_wait(); /* common.cuh: nothing global is touched before this */
 
-  int64_t tile = blockIdx.x;
+  const int64_t tile_id = blockIdx.x / sp.split;
+  const int part = blockIdx.x % sp.split;
+  int64_t tile = tile_id;
   const nvfp4_matmul &p = t.p[table_find(t, tile)];
   const int64_t tiles_n = (p.n + S::TN - 1) / S::TN, tiles_m = (p.m + TM - 1) / TM;
   const int64_t l = tile / (tiles_m * tiles_n);
   const int64_t m0 = tile / tiles_n % tiles_m * TM, n0 = tile % tiles_n * S::TN;
-  const int steps = (int)((p.k + KSTEP - 1) / KSTEP);
+  const int64_t all_steps = (p.k + KSTEP - 1) / KSTEP;
+  /* this CTA's steps: [k0, k0 + steps) */
+  const int64_t k0 = all_steps * part / sp.split;
+  const int steps = (int)(all_steps * (part + 1) / sp.split - k0);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   /* n8 tiles with a row below M (>= 1: the tile exists) */
-  const int nt = (int)std::min<int64_t>(8, (p.m - m0 + 7) / 8);
+  const int nt = (int)std::min<int64_t>(NT, (p.m - m0 + 7) / 8);
   /* the warp's m16 tiles: smem rows of g and g + 8, first output column, and
    * which have a column below N */
   int w_row[MW], w_row8[MW];
@@ -322,18 +358,19 @@ __global__ void __launch_bounds__(THREADS, MW == 1 ? 3 : 2) w4a16_kernel(const _
   /* the thread's two activation chunks (2 tq, 2 tq + 1) of row g, swizzled */
   const uint32_t a_off0 = g * 2 * KSTEP + 32 * tq + 16 * (g & 1), a_off1 = g * 2 * KSTEP + 32 * tq + 16 * (~g & 1);
 
-  float acc[MW][8][4];
+  float acc[MW][NT][4];
 #pragma unroll
   for (int i = 0; i < MW; i++)
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < NT; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
 
   /* ---- the ring: a cp.async group per step (empty past the end, so the
    * count stays exact); the general path loads a step into registers
-   * (st_*) before the mma of the current one and stores it after. */
-  const auto cp = copies_of<DUAL, MW>(p, l, m0, n0, tid);
+   * (st_*) before the mma of the current one and stores it after. Step s of
+   * this CTA is step k0 + s of the row, in slot s % STAGES. */
+  const auto cp = copies_of<DUAL, MW, TM>(p, l, m0, n0, tid);
   const int a_chunk = tid % 8, w_half = tid % 2;
   const int64_t a_bytes = 2 * p.k, w_bytes = p.k / 2, k_blocks = p.k / 16;
   auto a_dst = [&](int s, int q) {
@@ -342,10 +379,12 @@ __global__ void __launch_bounds__(THREADS, MW == 1 ? 3 : 2) w4a16_kernel(const _
   };
   auto w_dst = [&](int s, int q) { return s % S::STAGES * S::STEP_BYTES + S::W_OFF + 16 * (tid + THREADS * q); };
   auto sf_dst = [&](int s) { return s % S::STAGES * S::STEP_BYTES + S::SF_OFF + 4 * tid; };
-  auto a_n = [&](int s, int q) { return cp.act_ok >> q & 1 ? chunk_bytes(a_bytes - (int64_t)s * 128 - 16 * a_chunk) : 0; };
-  auto w_n = [&](int s, int q) { return cp.w_ok >> q & 1 ? chunk_bytes(w_bytes - (int64_t)s * 32 - 16 * w_half) : 0; };
+  auto a_n = [&](int s, int q) {
+    return cp.act_ok >> q & 1 ? chunk_bytes(a_bytes - (k0 + s) * 128 - 16 * a_chunk) : 0;
+  };
+  auto w_n = [&](int s, int q) { return cp.w_ok >> q & 1 ? chunk_bytes(w_bytes - (k0 + s) * 32 - 16 * w_half) : 0; };
   auto sf_n = [&](int s) {
-    const int64_t left = k_blocks - 4 * (int64_t)s;
+    const int64_t left = k_blocks - 4 * (k0 + s);
     return !cp.sf_ok || left <= 0 ? 0 : left < 4 ? (int)left : 4;
   };
   auto copy_step = [&](int s) {
@@ -353,26 +392,26 @@ __global__ void __launch_bounds__(THREADS, MW == 1 ? 3 : 2) w4a16_kernel(const _
     for (int q = 0; q < S::NA; q++)
       if (cp.act_copy >> q & 1) {
         const int n = a_n(s, q);
-        cp_async_16(smem + a_dst(s, q), n ? cp.act(q) + (int64_t)s * 128 + 16 * a_chunk : cp.act0, (uint32_t)n);
+        cp_async_16(smem + a_dst(s, q), n ? cp.act(q) + (k0 + s) * 128 + 16 * a_chunk : cp.act0, (uint32_t)n);
       }
 #pragma unroll
     for (int q = 0; q < MW; q++) {
       const int n = w_n(s, q);
-      cp_async_16(smem + w_dst(s, q), n ? cp.w[q] + (int64_t)s * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
+      cp_async_16(smem + w_dst(s, q), n ? cp.w[q] + (k0 + s) * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
     }
     if (cp.sf_copy) {
       const int n = sf_n(s);
-      cp_async_4(smem + sf_dst(s), n ? cp.sf + (int64_t)s * cp.sf_step : cp.sf, (uint32_t)n);
+      cp_async_4(smem + sf_dst(s), n ? cp.sf + (k0 + s) * cp.sf_step : cp.sf, (uint32_t)n);
     }
   };
   uint4 st_a[S::NA], st_w[MW];
   uint32_t st_sf = 0;
   auto load_step = [&](int s) {
 #pragma unroll
-    for (int q = 0; q < S::NA; q++) st_a[q] = load_chunk(cp.act(q) + (int64_t)s * 128 + 16 * a_chunk, a_n(s, q));
+    for (int q = 0; q < S::NA; q++) st_a[q] = load_chunk(cp.act(q) + (k0 + s) * 128 + 16 * a_chunk, a_n(s, q));
 #pragma unroll
-    for (int q = 0; q < MW; q++) st_w[q] = load_chunk(cp.w[q] + (int64_t)s * 32 + 16 * w_half, w_n(s, q));
-    st_sf = load_scales(cp.sf + (int64_t)s * cp.sf_step, sf_n(s));
+    for (int q = 0; q < MW; q++) st_w[q] = load_chunk(cp.w[q] + (k0 + s) * 32 + 16 * w_half, w_n(s, q));
+    st_sf = load_scales(cp.sf + (k0 + s) * cp.sf_step, sf_n(s));
   };
   auto store_step = [&](int s) {
 #pragma unroll
@@ -407,14 +446,41 @@ __global__ void __launch_bounds__(THREADS, MW == 1 ? 3 : 2) w4a16_kernel(const _
     } else if (more) {
       load_step(s + S::STAGES - 1);
     }
-    mma_step<BF16, MW, S::W_OFF, S::SF_OFF>(base + s % S::STAGES * S::STEP_BYTES, w_row, w_row8, tiles, nt, a_off0, a_off1,
-                                            tq, acc);
+    mma_step<BF16, MW, NT, S::W_OFF, S::SF_OFF>(base + s % S::STAGES * S::STEP_BYTES, w_row, w_row8, tiles, nt, a_off0,
+                                                a_off1, tq, acc);
     if constexpr (!FAST) {
       if (more) store_step(s + S::STAGES - 1); /* into step s - 1's slot, which every warp left before the barrier */
     }
   }
   if constexpr (FAST) cp_async_wait<0>();
   pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
+
+  /* ---- a split tile: the partial out, a ticket; the last CTA adds them all */
+  if (sp.split > 1) {
+    /* fn(accumulator, its offset in a slot) for each the tile has */
+    auto each = [&](auto &&fn) {
+#pragma unroll
+      for (int i = 0; i < MW; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+          if (j < nt)
+#pragma unroll
+            for (int e = 0; e < 4; e++) fn(acc[i][j][e], ((i * NT + j) * 4 + e) * THREADS);
+    };
+    float *mine = sp.ws + (tile_id * sp.split + part) * (int64_t)S::ACC + tid;
+    each([&](float &v, int at) { __stcg(mine + at, v); });
+    __threadfence();
+    __syncthreads(); /* every thread's partial is out and fenced */
+    if (tid == 0) last_part = take_ticket(sp.tickets + tile_id, 0ull, sp.epoch, sp.split);
+    __syncthreads();
+    if (!last_part) return;
+    __threadfence();
+    const float *slots = sp.ws + tile_id * sp.split * (int64_t)S::ACC + tid;
+    each([&](float &v, int at) {
+      v = __ldcg(slots + at);
+      for (int q = 1; q < sp.split; q++) v += __ldcg(slots + at + q * (int64_t)S::ACC);
+    });
+  }
 
   /* acc[i][j][e]: weight row (output column) g + 8 (e / 2) of m16 tile i,
    * activation row (output row) 2 tq + e % 2 of n8 tile j. After the swap with
@@ -429,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, MW == 1 ? 3 : 2) w4a16_kernel(const _
     if (!(tiles >> i & 1)) continue; /* all its columns past N (warp-uniform) */
     const int64_t col0 = n0 + (DUAL ? 16 * warp : 16 * (MW * warp + i));
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < NT; j++)
       if (j < nt) {
         float v[4];
 #pragma unroll
@@ -453,66 +519,112 @@ bool fast_ok(const nvfp4_matmul &p) {
   return rows_aligned(p.a, 16) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 
-/* A launch's kernel: dual, bf16 activations, the fast path, m16 tiles per warp. */
+/* A launch's kernel: dual, bf16 activations, the fast path, m16 tiles per
+ * warp, activation rows per tile; and how many CTAs share a tile's K. */
 struct Config {
   bool dual, bf16, fast;
-  int mw;
+  int mw, tm, split;
 };
 
-int64_t count_tiles(const nvfp4_matmul *problems, int count, int tn) {
+int tile_n(const Config &c) { return c.dual ? 64 : 64 * c.mw; }
+
+int64_t count_tiles(const nvfp4_matmul *problems, int count, int tm, int tn) {
   int64_t tiles = 0;
   for (int g = 0; g < count; g++) {
     const nvfp4_matmul &p = problems[g];
-    tiles += (p.m + TM - 1) / TM * ((p.n + tn - 1) / tn) * p.batch;
+    tiles += (p.m + tm - 1) / tm * ((p.n + tn - 1) / tn) * p.batch;
   }
   return tiles;
 }
 
-/* problems[0, count) share a_type. Gemm: 64-column tiles (MW = 1) where the
- * 128-column ones would not give every SM two CTAs (a small M: the weights
- * stream through fewer SMs), fast path only; a rule of thumb, not measured. */
-Config config_of(const nvfp4_matmul *problems, int count) {
-  Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, 2};
-  for (int g = 0; g < count; g++) c.fast = c.fast && fast_ok(problems[g]);
-  if (!c.dual && c.fast && count_tiles(problems, count, Shape<false, 2>::TN) < 2 * (int64_t)device_info().sms) c.mw = 1;
+/* CTAs an SM holds of the configuration (its launch bounds). */
+int min_ctas(const Config &c) {
+  if (c.tm == 16) return min_ctas(c.fast, c.mw == 2 ? Shape<false, 2, 16>::MIN_CTAS : Shape<false, 1, 16>::MIN_CTAS);
+  return min_ctas(c.fast, c.mw == 2 ? Shape<false, 2, 64>::MIN_CTAS : Shape<false, 1, 64>::MIN_CTAS);
+}
+
+/* problems[0, count) share a_type. Rules of thumb, not measured yet:
+ * - 16 activation rows where every M is at most 16 (decode): the n8 tiles
+ *   past 16 would be neither read nor multiplied anyway, and the smaller
+ *   step leaves room for a ring twice as deep;
+ * - gemm: 64-column tiles (MW = 1) where the 128-column ones would not give
+ *   every SM two CTAs (fast path only);
+ * - where the tiles still do not fill the SMs' CTA slots (`workspace`: the
+ *   caller gives scratch), the CTAs of a tile share its K, each at least 8
+ *   steps of 64: a small M streams its weights through every SM. */
+Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
+  Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, 2, 16, 1};
+  int64_t min_steps = INT64_MAX;
+  for (int g = 0; g < count; g++) {
+    const nvfp4_matmul &p = problems[g];
+    c.fast = c.fast && fast_ok(p);
+    if (p.m > 16) c.tm = 64;
+    if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
+  }
+  const int sms = device_info().sms;
+  if (!c.dual && c.fast && count_tiles(problems, count, c.tm, 128) < 2 * (int64_t)sms) c.mw = 1;
+  const int64_t tiles = count_tiles(problems, count, c.tm, tile_n(c)), slots = (int64_t)min_ctas(c) * sms;
+  if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
+    c.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots / tiles, min_steps / 8}));
   return c;
 }
 
-int tile_n(const Config &c) { return c.dual ? Shape<true, 2>::TN : c.mw == 1 ? Shape<false, 1>::TN : Shape<false, 2>::TN; }
+/* The workspace of a split launch: the partials, then a ticket per tile. */
+size_t partial_bytes(const Config &c, int64_t tiles) {
+  const int acc = (c.dual ? 2 : c.mw) * (c.tm / 8) * 4 * THREADS;
+  return (size_t)tiles * c.split * acc * sizeof(float);
+}
 
-template <bool DUAL, bool BF16, bool FAST, int MW>
-cudaError_t launch(const MatmulTable &t, unsigned tiles, cudaStream_t stream) {
-  auto kernel = w4a16_kernel<DUAL, BF16, FAST, MW>;
-  constexpr int smem = Shape<DUAL, MW>::SMEM;
+template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
+cudaError_t launch(const MatmulTable &t, unsigned ctas, const Split &sp, cudaStream_t stream) {
+  auto kernel = w4a16_kernel<DUAL, BF16, FAST, MW, TM>;
+  constexpr int smem = Shape<DUAL, MW, TM>::SMEM;
   static_assert(smem <= 48 * 1024, "no opt-in: every sm_80+ device gives a CTA 48 KB");
   const DeviceInfo &dev = device_info();
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(tiles);
+  cfg.gridDim = dim3(ctas);
   cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr = pdl_attribute();
   cfg.attrs = &attr;
   cfg.numAttrs = dev.sm90_code ? 1 : 0; /* its pdl_wait exists */
-  return cudaLaunchKernelEx(&cfg, kernel, t);
+  return cudaLaunchKernelEx(&cfg, kernel, t, sp);
 }
 
-template <bool BF16>
-cudaError_t launch(const Config &c, const MatmulTable &t, unsigned tiles, cudaStream_t stream) {
+template <bool BF16, int TM>
+cudaError_t launch(const Config &c, const MatmulTable &t, unsigned ctas, const Split &sp, cudaStream_t stream) {
   if (c.dual)
-    return c.fast ? launch<true, BF16, true, 2>(t, tiles, stream) : launch<true, BF16, false, 2>(t, tiles, stream);
-  if (!c.fast) return launch<false, BF16, false, 2>(t, tiles, stream);
-  return c.mw == 1 ? launch<false, BF16, true, 1>(t, tiles, stream) : launch<false, BF16, true, 2>(t, tiles, stream);
+    return c.fast ? launch<true, BF16, true, 2, TM>(t, ctas, sp, stream)
+                  : launch<true, BF16, false, 2, TM>(t, ctas, sp, stream);
+  if (!c.fast) return launch<false, BF16, false, 2, TM>(t, ctas, sp, stream);
+  return c.mw == 1 ? launch<false, BF16, true, 1, TM>(t, ctas, sp, stream)
+                   : launch<false, BF16, true, 2, TM>(t, ctas, sp, stream);
 }
 
 /* One launch of problems[0, count), count <= NVFP4_LAUNCH_GROUPS, one a_type. */
-cudaError_t launch_group(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
-  const Config c = config_of(problems, count);
+cudaError_t launch_group(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws_fn, void *ctx,
+                         cudaStream_t stream) {
+  Config c = config_of(problems, count, ws_fn != nullptr);
   MatmulTable t;
-  const int64_t tiles = table_tiles(t, problems, count, TM, tile_n(c));
+  const int64_t tiles = table_tiles(t, problems, count, c.tm, tile_n(c));
   if (tiles == 0) return cudaSuccess;
-  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return c.bf16 ? launch<true>(c, t, (unsigned)tiles, stream) : launch<false>(c, t, (unsigned)tiles, stream);
+  Split sp = {nullptr, nullptr, 0, 1};
+  if (c.split > 1) {
+    const size_t part = partial_bytes(c, tiles);
+    void *ws = ws_fn(part + (size_t)tiles * sizeof(unsigned long long), ctx);
+    if (ws && aligned(ws, 16)) {
+      sp = {static_cast<float *>(ws), reinterpret_cast<unsigned long long *>(static_cast<uint8_t *>(ws) + part),
+            ticket_epoch(), c.split};
+    } else {
+      c.split = 1; /* no scratch: a CTA per tile */
+    }
+  }
+  if (tiles * c.split > INT32_MAX) return cudaErrorInvalidConfiguration;
+  const unsigned ctas = (unsigned)(tiles * c.split);
+  if (c.tm == 16)
+    return c.bf16 ? launch<true, 16>(c, t, ctas, sp, stream) : launch<false, 16>(c, t, ctas, sp, stream);
+  return c.bf16 ? launch<true, 64>(c, t, ctas, sp, stream) : launch<false, 64>(c, t, ctas, sp, stream);
 }
 
 /* problems of one a_type, in their order, at most NVFP4_LAUNCH_GROUPS of them:
@@ -533,18 +645,19 @@ bool w4a16_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
 /* problems[0, count), all dual or all not, each w4a16_can_run: one launch per
  * activation type present (fp16 and bf16 problems are different kernels);
  * empty problems get no tiles. */
-cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, cudaStream_t stream) {
+cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
+                         cudaStream_t stream) {
   for (const int32_t type : {(int32_t)NVFP4_F16, (int32_t)NVFP4_BF16}) {
     nvfp4_matmul group[NVFP4_LAUNCH_GROUPS];
     for (int from = 0, n; (n = gather(problems, count, type, from, group)) > 0;) {
-      const cudaError_t err = launch_group(group, n, stream);
+      const cudaError_t err = launch_group(group, n, ws, ctx, stream);
       if (err != cudaSuccess) return err;
     }
   }
   return cudaSuccess;
 }
 
-void w4a16_describe(const nvfp4_matmul *problems, int count, char *what, size_t len) {
+void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, char *what, size_t len) {
   bool f16 = false, bf16 = false;
   for (int g = 0; g < count; g++) (problems[g].a_type == NVFP4_BF16 ? bf16 : f16) = true;
   if (count <= 0) {
@@ -555,7 +668,9 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, char *what, size_t 
     std::snprintf(what, len, "fp16 and bf16 activations, a launch each");
     return;
   }
-  const Config c = config_of(problems, count);
-  std::snprintf(what, len, "%s activations, 64x%d tiles%s", c.bf16 ? "bf16" : "fp16", tile_n(c),
+  const Config c = config_of(problems, count, workspace);
+  char split[24] = "";
+  if (c.split > 1) std::snprintf(split, sizeof split, ", split-K %d", c.split);
+  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), split,
                 c.fast ? "" : ", register loads");
 }
