@@ -78,7 +78,17 @@ typedef struct nvfp4_matmul {
   int32_t a_type;             /* NVFP4_E2M1, or NVFP4_F16 / NVFP4_BF16 (W4A16)  */
   int32_t c_type;             /* NVFP4_F16 or NVFP4_BF16                        */
   int32_t bias_type;          /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16             */
+  const int32_t *offs;        /* NULL, or rows grouped by expert (below)        */
 } nvfp4_matmul;
+
+/* Rows grouped by expert (a mixture of experts; offs != NULL): batch = E
+ * experts, B[l] = expert l's weights; A and C are not batched (batch strides
+ * 0): expert l takes rows [offs[l - 1], offs[l]) of the m (offs[-1] = 0) and
+ * writes them in C; alpha_ptr / alpha2_ptr, where given, hold one float per
+ * expert. offs: batch int32 in the kernel's memory, the experts' cumulative
+ * row ends, non-decreasing, at most m (a CUDA kernel cannot check: an entry
+ * below its predecessor counts as an empty group, and rows end at m); rows
+ * past offs[batch - 1] are not written. Not with a bias. */
 
 /* Quantization to NVFP4 (nvfp4_quantize_block in numerics.h, per 16 values):
  * x (rows x k float32 / float16 / bfloat16 values in batches, k contiguous,

@@ -552,6 +552,102 @@ void dual_gemm_w4a16_out(const Tensor &x, const Tensor &b1, const Tensor &b2, co
   w4a16_out("nvfp4.dual_gemm_w4a16", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out);
 }
 
+/* Rows grouped by expert (a mixture of experts, nvfp4.h): x [T, K] fp16 /
+ * bf16, rows sorted by expert; w [E, N, K/2] and w_sf (linear [E, N, K/16]
+ * or blocked); offs int32 [E], the experts' cumulative row ends, on x's
+ * device; alphas (alphas2) float32 [E] there, or none. gated: w holds W1 then
+ * W3 ([E, 2N, K/2]; blocked scales need N % 128 == 0) and the output is
+ * silu(x W1^T alphas) * (x W3^T alphas2). Output [T, N]; rows past
+ * offs[E - 1] are not written. */
+Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
+                     const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated) {
+  TORCH_CHECK_TYPE(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op,
+                   ": x must be float16 or bfloat16, got ", x.scalar_type());
+  TORCH_CHECK_VALUE(x.dim() == 2 && (x.stride(1) == 1 || x.size(1) == 1), op,
+                    ": x must be [T, K], contiguous along K, got shape ", x.sizes(), " strides ", x.strides());
+  const Arg w_(w);
+  check_fp4_tensor(op, "w", w_);
+  TORCH_CHECK_VALUE(w.dim() == 3, op, ": w must be [E, N, K/2]", gated ? " ([E, 2N, K/2]: W1 then W3)" : "",
+                    ", got shape ", w.sizes());
+  const int64_t T = x.size(0), K = x.size(1), E = w.size(0), N = gated ? w.size(1) / 2 : w.size(1);
+  TORCH_CHECK_VALUE(2 * w.size(2) == K, op, ": w has K/2=", w.size(2), " but x has K=", K);
+  TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (= x.shape[1] = ", K,
+                    ") must be a positive multiple of 16 (one e4m3 scale per 16 values)");
+  TORCH_CHECK_VALUE(!gated || w.size(1) % 2 == 0, op, ": a gated w must have 2N rows (W1 then W3), got ", w.size(1));
+  TORCH_CHECK_TYPE(offs.scalar_type() == at::kInt, op, ": offs must be int32, got ", offs.scalar_type());
+  TORCH_CHECK_VALUE(offs.dim() == 1 && offs.size(0) == E && (offs.stride(0) == 1 || E <= 1), op,
+                    ": offs must be a contiguous [E] = [", E, "] tensor (one cumulative row end per expert), got shape ",
+                    offs.sizes());
+  Problem pr;
+  pr.device = x.device();
+  for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"w", &w}, {"w_sf", &w_sf}, {"offs", &offs}})
+    TORCH_CHECK_VALUE(t->device() == pr.device, op, ": ", name, " is on ", t->device(), " but x is on ", pr.device);
+  TORCH_CHECK_VALUE(pr.device.is_cpu() || pr.device.is_cuda(), op, ": tensors on ", pr.device,
+                    " are not supported (CPU or CUDA)");
+  if (pr.device.is_cpu()) {  // host memory: the precondition checked for free
+    const int32_t *o = offs.const_data_ptr<int32_t>();
+    for (int64_t e = 0; e < E; e++)
+      TORCH_CHECK_VALUE(o[e] >= (e ? o[e - 1] : 0) && o[e] <= T, op, ": offs must be non-decreasing from 0 and at most T=",
+                        T, "; offs[", e, "] = ", o[e], e ? " after " + std::to_string(o[e - 1]) : std::string());
+  }
+  nvfp4_matmul &p = pr.p;
+  p.m = T, p.n = N, p.k = K, p.batch = E;
+  p.a.data = static_cast<const uint8_t *>(x.const_data_ptr());
+  p.a.row_stride = x.stride(0) * 2;
+  p.a_type = x.scalar_type() == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  if (gated) {
+    const bool blocked = w_sf.dim() == 6;
+    TORCH_CHECK_VALUE(!blocked || N % 128 == 0, op, ": blocked scales of a gated w need N % 128 == 0 (W1 and W3 "
+                      "in whole 128-row atoms), got N=", N);
+    const int64_t sf_rows = blocked ? N / 128 : N;
+    const auto half = [&](const Tensor &t, int64_t i, int64_t rows) { return t.dim() >= 2 ? t.narrow(1, i * rows, rows) : t; };
+    p.b = make_operand(op, Arg(half(w, 0, N)), "w_sf", Arg(half(w_sf, 0, sf_rows)), true, E, N, K, true);
+    p.b2 = make_operand(op, Arg(half(w, 1, N)), "w_sf", Arg(half(w_sf, 1, sf_rows)), true, E, N, K, true);
+  } else {
+    p.b = make_operand(op, w_, "w_sf", Arg(w_sf), true, E, N, K, true);
+  }
+  p.offs = offs.const_data_ptr<int32_t>();
+  p.alpha = p.alpha2 = 1.0f;
+  p.c_type = NVFP4_F16;
+  auto per_expert = [&](const char *name, const std::optional<Tensor> &t, const float *&ptr) {
+    if (!t) return;
+    TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, op, ": ", name, " must be float32, got ", t->scalar_type());
+    TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == E && (t->stride(0) == 1 || E <= 1), op, ": ", name,
+                      " must be a contiguous [E] = [", E, "] tensor, got shape ", t->sizes());
+    TORCH_CHECK_VALUE(t->device() == pr.device, op, ": ", name, " is on ", t->device(), " but x is on ", pr.device);
+    ptr = t->const_data_ptr<float>();
+  };
+  per_expert(gated ? "alphas1" : "alphas", alphas, p.alpha_ptr);
+  TORCH_CHECK_VALUE(gated || !alphas2, op, ": alphas2 is for a gated call");
+  per_expert("alphas2", alphas2, p.alpha2_ptr);
+  pr.out_shape.push_back(T);
+  pr.out_shape.push_back(N);
+  return pr;
+}
+
+Tensor grouped_mm(const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
+                  const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
+                  std::optional<at::ScalarType> out_dtype) {
+  const OpName op{"nvfp4.grouped_mm"};
+  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated);
+  Tensor out = alloc_out(pr, x, out_type(op, out_dtype, x.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf));
+  bind_out(op, pr, Arg(out, true), false);
+  run(op, &pr.p, 1, pr.device);
+  return out;
+}
+
+void grouped_mm_out(const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
+                    const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
+                    const Tensor &out) {
+  const OpName op{"nvfp4.grouped_mm"};
+  check_writable(op, "out", out,
+                 {{"x", &x}, {"w", &w}, {"w_sf", &w_sf}, {"offs", &offs}, {"alphas", alphas ? &*alphas : nullptr},
+                  {"alphas2", alphas2 ? &*alphas2 : nullptr}});
+  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated);
+  bind_out(op, pr, Arg(out, true), false);
+  run(op, &pr.p, 1, pr.device);
+}
+
 /* A grouped call's arguments, group g's at index g (held in place: a group
  * of 8 needs no heap memory). */
 using Args = c10::SmallVector<Arg, 8>;
@@ -746,6 +842,10 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     const Arg x(xt);
     prs.push_back(make_problem({op.c_str()}, x, args[1], dual ? &args[2] : nullptr, nullptr, args[dual ? 3 : 2],
                                dual ? &args[4] : nullptr, std::nullopt, false));
+  } else if (op == "grouped_mm" || op == "grouped_mm_gated") {
+    takes(4);
+    prs.push_back(make_grouped({"nvfp4.grouped_mm"}, ts[0], ts[1], ts[2], ts[3], std::nullopt, std::nullopt,
+                               op == "grouped_mm_gated"));
   } else if (op == "group_gemm") {
     const size_t n = args.size() / 4;
     TORCH_CHECK_VALUE(n > 0 && args.size() % 4 == 0, name,
@@ -754,8 +854,8 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     auto part = [&](size_t i) { return Args(args.begin() + i * n, args.begin() + (i + 1) * n); };
     prs = make_group(part(0), part(1), part(2), part(3));
   } else {
-    TORCH_CHECK_VALUE(false, name, ": op must be \"gemv\", \"gemm\", \"dual_gemm\", \"group_gemm\", \"gemm_w4a16\" or "
-                      "\"dual_gemm_w4a16\", got \"", op, "\"");
+    TORCH_CHECK_VALUE(false, name, ": op must be \"gemv\", \"gemm\", \"dual_gemm\", \"group_gemm\", \"gemm_w4a16\", "
+                      "\"dual_gemm_w4a16\", \"grouped_mm\" or \"grouped_mm_gated\", got \"", op, "\"");
   }
   if (prs[0].device.is_cpu()) return "cpu";
 #ifdef NVFP4_WITH_CUDA
@@ -913,6 +1013,10 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
         "Tensor? alpha2=None, ScalarType? out_dtype=None) -> Tensor");
   m.def("dual_gemm_w4a16_out(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? alpha1, "
         "Tensor? alpha2, Tensor(a!) out) -> ()");
+  m.def("grouped_mm(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas=None, Tensor? alphas2=None, "
+        "bool gated=False, ScalarType? out_dtype=None) -> Tensor");
+  m.def("grouped_mm_out(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas, Tensor? alphas2, bool gated, "
+        "Tensor(a!) out) -> ()");
   m.def("competition_group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] c) -> ()");
   m.def("competition_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor sfa_perm, Tensor sfb_perm, "
         "Tensor(a!) c) -> ()");
@@ -935,6 +1039,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("gemm_w4a16_out", &gemm_w4a16_out);  \
   m.impl("dual_gemm_w4a16", &dual_gemm_w4a16);          \
   m.impl("dual_gemm_w4a16_out", &dual_gemm_w4a16_out);  \
+  m.impl("grouped_mm", &grouped_mm);                    \
+  m.impl("grouped_mm_out", &grouped_mm_out);            \
   m.impl("competition_group_gemm", &competition_group_gemm); \
   m.impl("competition_gemm", &competition_gemm);             \
   m.impl("competition_dual_gemm", &competition_dual_gemm);    \
@@ -946,7 +1052,7 @@ NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, Autograd, m) {
   for (const char *op : {"gemv", "gemv_out", "gemm", "gemm_out", "dual_gemm", "dual_gemm_out", "group_gemm",
                          "group_gemm_out", "gemm_w4a16", "gemm_w4a16_out", "dual_gemm_w4a16", "dual_gemm_w4a16_out",
-                         "quantize"})
+                         "grouped_mm", "grouped_mm_out", "quantize"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_autograd>());
 }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

@@ -159,6 +159,20 @@ def main():
         bad += not close(got, reference.gemm_w4a16(x, b.data, b.sf, alpha, bias, torch.float16))
         got = nk.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, alpha2=alpha, out_dtype=torch.float16)
         bad += not close(got, reference.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, None, alpha, torch.float16))
+    section("grouped_mm")
+    # rows grouped by expert (w4a16.cu's expert_tile): empty experts, rows past the last, 16- and 64-row
+    # tiles, plain and gated, split K
+    for sizes, t, n, k, gated in [([3, 0, 5, 1], 12, 48, 80, True), ([0, 40, 0, 70], 120, 96, 272, False),
+                                  ([2, 1], 4, 300, 4096, False), ([1] * 40, 40, 64, 512, True)]:
+        e = len(sizes)
+        w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=dev)
+        x = torch.randn(t, k, generator=gen).to(bf16).to(dev)
+        offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
+        alphas = (torch.rand(e, generator=gen) + 0.5).to(dev)
+        got = nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=gated, out_dtype=torch.float16)
+        want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, gated, torch.float16)
+        rows = sum(sizes)
+        bad += not close(got[:rows], want[:rows])
     torch.cuda.synchronize()
     print(f"sanitize cases: {bad} wrong results")
     raise SystemExit(1 if bad else 0)

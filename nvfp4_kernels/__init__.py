@@ -10,11 +10,13 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     group_gemm(as_, bs, sfas, sfbs, *, outs=None)        a list of independent gemms
     gemm_w4a16(x, b, sfb, *, out=None)                   x fp16 / bf16 values times NVFP4 weights
     dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out=None)  the dual of those
+    grouped_mm(x, w, w_sf, offs, *, gated=False)         x's rows by expert (MoE): offs on the device
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
     kernel_name(op, *args)                               which kernel op(*args) runs, and how
 
 The matmul ops take alphas (per-tensor scales), gemm a bias, and return fp16
-or bf16 (out_dtype). ``nn`` holds NVFP4Linear, the layer a model is made of;
+or bf16 (out_dtype). ``nn`` holds NVFP4Linear, the layer a model is made of, and
+NVFP4MoE, a mixture of experts;
 ``models`` loads and saves NVFP4 checkpoints (ModelOpt, compressed-tensors).
 
 ``reference`` holds the exact definition (the test oracle), ``layouts`` the
@@ -26,9 +28,11 @@ import torch  # noqa: F401  (loads the libraries _C links against)
 
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
 from . import layouts, nn, reference
-from .ops import dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, kernel_name, quantize
+from .ops import (dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, grouped_mm, kernel_name,
+                  quantize)
 
 WITH_CUDA = bool(_C.with_cuda)
 
-__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "quantize", "kernel_name",
+__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "grouped_mm", "quantize",
+           "kernel_name",
            "reference", "layouts", "nn", "WITH_CUDA"]

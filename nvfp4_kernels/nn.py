@@ -26,6 +26,9 @@ have no backward.
 Tensor parallelism (``shard``, ``ColumnParallelNVFP4Linear``, ``RowParallelNVFP4Linear``) splits
 the weight's rows (N) or its columns (K, in whole 16-value blocks) over ranks; the per-tensor
 scalars are replicated.
+
+``NVFP4MoE``: the experts of a mixture-of-experts block (routing, two grouped_mm stages, the
+weighted combine), their tensors stacked per expert; its docstring has the numbers.
 """
 
 from __future__ import annotations
@@ -368,3 +371,200 @@ class RowParallelNVFP4Linear(NVFP4Linear):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()} (shard {self.rank} of {self.world_size}), "
                 f"input_is_parallel={self.input_is_parallel}")
+
+
+# ---- mixture of experts --------------------------------------------------------------------------
+ROUTINGS = ("softmax", "sigmoid")
+
+
+class NVFP4MoE(torch.nn.Module):
+    """The experts of a mixture-of-experts block, NVFP4, as ModelOpt quantizes them (each expert's
+    gate_proj, up_proj and down_proj an NVFP4Linear without bias), stacked per expert:
+
+        w13_weight          uint8 [E, 2I, H/2]          gate_proj's rows, then up_proj's
+        w13_weight_scale    float8_e4m3fn [E, 2I, H/16]
+        w13_weight_scale_2  float32 [E, 2]              gate's and up's weight_scale_2
+        w13_input_scale     float32 [E]                 (w4a4) the input_scale of gate and up (equal,
+                                                        as ModelOpt exports them: one activation)
+        w2_weight           uint8 [E, H, I/2]           down_proj
+        w2_weight_scale     float8_e4m3fn [E, H, I/16]
+        w2_weight_scale_2   float32 [E]
+        w2_input_scale      float32 [E]                 (w4a4)
+        e_score_correction_bias float32 [E]             (sigmoid routing with a correction bias)
+
+    forward(x [T, H], router_logits [T, E]) -> [T, H] in x's dtype:
+      routing, in float32 (as transformers' routers): "softmax": p = softmax(logits), the top_k of
+        p (renormalised to sum 1 where norm_topk_prob: Qwen3-MoE's flag; Mixtral's always);
+        "sigmoid" (DeepSeek-V3): s = sigmoid(logits), c = s + e_score_correction_bias; experts in
+        n_group groups ranked by the sum of each group's two largest c, the best topk_group kept;
+        the top_k of c among them; weights s there (divided by their sum + 1e-20 where
+        norm_topk_prob), times routed_scaling_factor;
+      the token-expert pairs sorted by expert on the device (no host sync: CUDA graphs replay any
+        routing), each pair's row of x -> ops.grouped_mm with gated=True:
+        h = silu(x W1^T) * (x W3^T) in x's dtype -> ops.grouped_mm: y = h W2^T in x's dtype;
+      out[t] = sum over t's pairs of weight * y, in float32, rounded once.
+    mode "w4a4": each row is quantized to NVFP4 with its expert's input_scale (as NVFP4Linear does)
+    before each grouped_mm, whose exact values (e2m1 x e4m3 fits bf16 and fp16) it multiplies,
+    alpha = input_scale * weight_scale_2; "w4a16": the rows as they are, alpha = weight_scale_2.
+    """
+
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, top_k: int, *,
+                 mode: str = "w4a4", routing: str = "softmax", norm_topk_prob: bool = True, n_group: int = 1,
+                 topk_group: int = 1, routed_scaling_factor: float = 1.0, correction_bias: bool = False,
+                 device=None):
+        super().__init__()
+        e, h, i = num_experts, hidden_size, intermediate_size
+        for name, v in (("num_experts", e), ("hidden_size", h), ("intermediate_size", i), ("top_k", top_k)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"NVFP4MoE: {name} must be a positive integer, got {v!r}")
+        if h % _BLOCK or i % _BLOCK:
+            raise ValueError(f"NVFP4MoE: hidden_size and intermediate_size must be multiples of {_BLOCK}, got "
+                             f"{h} and {i}")
+        if top_k > e:
+            raise ValueError(f"NVFP4MoE: top_k={top_k} is more than num_experts={e}")
+        if mode not in MODES:
+            raise ValueError(f"NVFP4MoE: mode must be one of {MODES}, got {mode!r}")
+        if routing not in ROUTINGS:
+            raise ValueError(f"NVFP4MoE: routing must be one of {ROUTINGS}, got {routing!r}")
+        if e % n_group or not 1 <= topk_group <= n_group or (n_group > 1 and routing != "sigmoid"):
+            raise ValueError(f"NVFP4MoE: n_group={n_group} must divide num_experts={e}, 1 <= topk_group="
+                             f"{topk_group} <= n_group, and groups go with sigmoid routing")
+        self.num_experts, self.hidden_size, self.intermediate_size, self.top_k = e, h, i, top_k
+        self.mode, self.routing, self.norm_topk_prob = mode, routing, norm_topk_prob
+        self.n_group, self.topk_group, self.routed_scaling_factor = n_group, topk_group, float(routed_scaling_factor)
+        f32 = dict(dtype=torch.float32, device=device)
+        self.register_buffer("w13_weight", torch.zeros(e, 2 * i, h // 2, dtype=torch.uint8, device=device))
+        self.register_buffer("w13_weight_scale", torch.zeros(e, 2 * i, h // _BLOCK, dtype=torch.float8_e4m3fn,
+                                                             device=device))
+        self.register_buffer("w13_weight_scale_2", torch.ones(e, 2, **f32))
+        self.register_buffer("w2_weight", torch.zeros(e, h, i // 2, dtype=torch.uint8, device=device))
+        self.register_buffer("w2_weight_scale", torch.zeros(e, h, i // _BLOCK, dtype=torch.float8_e4m3fn,
+                                                            device=device))
+        self.register_buffer("w2_weight_scale_2", torch.ones(e, **f32))
+        if mode == "w4a4":
+            self.register_buffer("w13_input_scale", torch.ones(e, **f32))
+            self.register_buffer("w2_input_scale", torch.ones(e, **f32))
+        self.register_buffer("e_score_correction_bias", torch.zeros(e, **f32) if correction_bias else None)
+        self.register_buffer("_experts", torch.arange(e, dtype=torch.int32, device=device), persistent=False)
+        self.update_derived_scales()
+
+    _set_derived = NVFP4Linear._set_derived
+
+    @torch.no_grad()
+    def update_derived_scales(self) -> None:
+        """The grouped_mm alphas (and w4a4's activation multipliers 1 / input_scale), in place."""
+        s13, s2 = self.w13_weight_scale_2.float(), self.w2_weight_scale_2.float()
+        if self.mode == "w4a4":
+            i13, i2 = self.w13_input_scale.float(), self.w2_input_scale.float()
+            self._set_derived("_w13_input_global", 1.0 / i13)
+            self._set_derived("_w2_input_global", 1.0 / i2)
+            s13, s2 = s13 * i13[:, None], s2 * i2
+        self._set_derived("_alpha1", s13[:, 0].contiguous())
+        self._set_derived("_alpha3", s13[:, 1].contiguous())
+        self._set_derived("_alpha2", s2.contiguous())
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        self.update_derived_scales()
+
+    def _apply(self, fn, recurse=True):
+        fixed = ("w13_weight_scale", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale",
+                 "w2_input_scale", "e_score_correction_bias", "_w13_input_global", "_w2_input_global", "_alpha1",
+                 "_alpha3", "_alpha2", "_experts")
+        keep = {k: self._buffers[k] for k in fixed if self._buffers.get(k) is not None}
+        super()._apply(fn, recurse)
+        for k, old in keep.items():
+            if self._buffers[k].dtype != old.dtype:  # a dtype cast: take only the device move
+                self._buffers[k] = old.to(self._buffers[k].device)
+        return self
+
+    # ---- forward -------------------------------------------------------------------------------
+    def route(self, router_logits: torch.Tensor):
+        """(weights float32 [T, top_k], expert ids int64 [T, top_k]) of router_logits [T, E]."""
+        logits = router_logits.float()
+        if self.routing == "softmax":
+            p = logits.softmax(-1)
+            w, ids = p.topk(self.top_k, -1)
+            if self.norm_topk_prob:
+                w = w / w.sum(-1, keepdim=True)
+            return w * self.routed_scaling_factor, ids
+        s = logits.sigmoid()
+        c = s if self.e_score_correction_bias is None else s + self.e_score_correction_bias
+        if self.n_group > 1:
+            t = c.shape[0]
+            groups = c.view(t, self.n_group, -1).topk(min(2, self.num_experts // self.n_group), -1)[0].sum(-1)
+            keep = torch.zeros_like(groups).scatter_(1, groups.topk(self.topk_group, -1)[1], 1.0)
+            keep = keep.repeat_interleave(self.num_experts // self.n_group, -1)
+            c = c.masked_fill(keep == 0, float("-inf"))
+        ids = c.topk(self.top_k, -1)[1]
+        w = s.gather(1, ids)
+        if self.norm_topk_prob:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+        return w * self.routed_scaling_factor, ids
+
+    def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor):
+        """w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact values
+        (e2m1 x e4m3 fits x's dtype); w4a16: the rows."""
+        if self.mode == "w4a16":
+            return x
+        from . import reference
+
+        codes, sf = ops.quantize(x.float() * global_scale[expert_of_row][:, None])  # = quantize(x, g): fp32(x g)
+        return reference.dequantize(codes, sf).to(x.dtype)
+
+    def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dtype not in _ACT_DTYPES or x.dim() != 2 \
+                or x.shape[1] != self.hidden_size:
+            raise TypeError(f"NVFP4MoE: x must be a float16 or bfloat16 [T, hidden_size={self.hidden_size}] tensor, "
+                            f"got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+        if not isinstance(router_logits, torch.Tensor) or router_logits.shape != (x.shape[0], self.num_experts):
+            raise ValueError(f"NVFP4MoE: router_logits must be [T={x.shape[0]}, num_experts={self.num_experts}], "
+                             f"got {tuple(getattr(router_logits, 'shape', ()))}")
+        t, k = x.shape[0], self.top_k
+        weights, ids = self.route(router_logits)
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # the token-expert pairs by expert
+        expert_of_row = flat[order]
+        token_of_row = order // k
+        offs = torch.searchsorted(expert_of_row.to(torch.int32), self._experts, right=True, out_int32=True)
+        w4a4 = self.mode == "w4a4"
+        rows = self._rows(x.contiguous()[token_of_row], self._w13_input_global if w4a4 else None, expert_of_row)
+        h = ops.grouped_mm(rows, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,
+                           alphas2=self._alpha3, gated=True)
+        h = self._rows(h, self._w2_input_global if w4a4 else None, expert_of_row)
+        y = ops.grouped_mm(h, self.w2_weight, self.w2_weight_scale, offs, alphas=self._alpha2)
+        pairs = torch.empty_like(y).index_copy_(0, order, y)  # back in (token, k) order
+        return (pairs.view(t, k, -1).float() * weights[..., None]).sum(1).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"num_experts={self.num_experts}, hidden_size={self.hidden_size}, intermediate_size="
+                f"{self.intermediate_size}, top_k={self.top_k}, mode={self.mode!r}, routing={self.routing!r}")
+
+    # ---- conversion ----------------------------------------------------------------------------
+    @classmethod
+    @torch.no_grad()
+    def from_experts(cls, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, top_k: int, *,
+                     mode: str = "w4a4", input_scales: Optional[tuple] = None, **routing) -> "NVFP4MoE":
+        """Quantize float experts as ModelOpt does (each projection as NVFP4Linear.from_linear):
+        gate, up [E, I, H], down [E, H, I]. w4a4 takes input_scales = (w13 [E], w2 [E]) (amax(|x|) /
+        (6 * 448) of each expert's inputs). ``routing``: the constructor's routing arguments."""
+        e, i, h = gate.shape
+        moe = cls(e, h, i, top_k, mode=mode, device=gate.device, **routing)
+        if (mode == "w4a4") != (input_scales is not None):
+            raise ValueError("NVFP4MoE.from_experts: w4a4 needs input_scales=(w13 [E], w2 [E]); w4a16 takes none")
+        def quantized(w):  # [out, in] -> (codes, scales, weight_scale_2) of a ModelOpt NVFP4Linear
+            lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+            lin.weight.copy_(w)
+            q = NVFP4Linear.from_linear(lin, mode="w4a16")
+            return q.weight, q.weight_scale, q.weight_scale_2
+
+        for ex in range(e):
+            for j, w in enumerate((gate[ex], up[ex])):
+                rows = slice(j * i, (j + 1) * i)
+                moe.w13_weight[ex, rows], moe.w13_weight_scale[ex, rows], moe.w13_weight_scale_2[ex, j] = quantized(w)
+            moe.w2_weight[ex], moe.w2_weight_scale[ex], moe.w2_weight_scale_2[ex] = quantized(down[ex])
+        if mode == "w4a4":
+            moe.w13_input_scale.copy_(torch.as_tensor(input_scales[0], dtype=torch.float32))
+            moe.w2_input_scale.copy_(torch.as_tensor(input_scales[1], dtype=torch.float32))
+        moe.update_derived_scales()
+        return moe

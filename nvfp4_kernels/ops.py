@@ -142,6 +142,24 @@ def dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out: Optional[torch.Tensor] = None
     return out
 
 
+def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alphas2: Optional[torch.Tensor] = None,
+               gated: bool = False, out: Optional[torch.Tensor] = None, out_dtype: OutDtype = None) -> torch.Tensor:
+    """Rows grouped by expert (a mixture of experts), as torch._grouped_mm takes them: x [T, K]
+    fp16 / bf16 holds every expert's rows, sorted by expert; expert e takes rows offs[e - 1] ..
+    offs[e] (offs[-1] = 0) times its NVFP4 weights w[e] ([E, N, K/2], scales w_sf linear [E, N,
+    K/16] or blocked) scaled by alphas[e]. offs: int32 [E] on x's device, the cumulative row ends
+    (non-decreasing, at most T: read on the GPU, never on the host, so a CUDA graph can replay new
+    routings; a CUDA kernel cannot check it, and counts an entry below its predecessor as an empty
+    expert). gated: w holds W1 then W3 of each expert ([E, 2N, K/2]) and the result is
+    silu(alphas * x W1^T) * (alphas2 * x W3^T), in one pass. Out [T, N] in x's dtype (or out_dtype);
+    rows past offs[E - 1] are not written (use out= to keep what is there).
+    """
+    if out is None:
+        return torch.ops.nvfp4.grouped_mm(x, w, w_sf, offs, alphas, alphas2, gated, out_dtype)
+    torch.ops.nvfp4.grouped_mm_out(x, w, w_sf, offs, alphas, alphas2, gated, out)
+    return out
+
+
 def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear", convention: Optional[str] = None):
     """x (float32 / float16 / bfloat16, [K], [R, K] or [L, R, K], K a multiple of 16 and
     contiguous) -> (codes, scales) of x * global_scale, as the ops above take them.
@@ -176,8 +194,9 @@ def kernel_name(op: str, *args) -> str:
     """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
     e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
 
-    op: "gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16" or "dual_gemm_w4a16"; its tensor
-    arguments as that op takes them (group_gemm: its four lists). The choice is made by one ordered
+    op: "gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "grouped_mm"
+    or "grouped_mm_gated" (grouped_mm with gated=True); its tensor arguments as that op takes them
+    (group_gemm: its four lists; grouped_mm: x, w, w_sf, offs). The choice is made by one ordered
     table of rules, csrc/cuda/plan.cu.
     """
     tensors = [t for lst in args for t in lst] if op == "group_gemm" else list(args)
@@ -254,6 +273,13 @@ def _(x, b1, b2, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=None):
     return x.new_empty(_w4a16_shape(x, b1), dtype=_w4a16_dtype(x, out_dtype))
 
 
+@torch.library.register_fake("nvfp4::grouped_mm")
+def _(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None):
+    _one_device("grouped_mm", (x, w, w_sf, offs) + tuple(t for t in (alphas, alphas2) if t is not None))
+    n = w.shape[-2] // 2 if gated else w.shape[-2]
+    return x.new_empty((x.shape[0], n), dtype=_w4a16_dtype(x, out_dtype))
+
+
 @torch.library.register_fake("nvfp4::quantize")
 def _(x, global_scale=None, blocked=False):
     _one_device("quantize", (x,), [("global_scale", global_scale)])
@@ -280,5 +306,5 @@ def _register_out_fake(name, scalars=()):
 
 
 for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out", "gemm_w4a16_out", "dual_gemm_w4a16_out",
-              "competition_group_gemm", "competition_gemm", "competition_dual_gemm"):
+              "grouped_mm_out", "competition_group_gemm", "competition_gemm", "competition_dual_gemm"):
     _register_out_fake(_name, ("alpha", "alpha1", "alpha2", "alphas"))

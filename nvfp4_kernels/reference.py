@@ -124,6 +124,33 @@ def dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=N
     return _dual(c1, c2, alpha1, alpha2, out_dtype or x.dtype)
 
 
+def grouped_mm(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, out=None) -> torch.Tensor:
+    """Rows grouped by expert: rows offs[e - 1] .. offs[e] of x (fp16 / bf16 [T, K]) times expert
+    e's weights w[e] (gated: W1 = w[e, :N], W3 = w[e, N:]; silu(alphas[e] x W1^T) * (alphas2[e] x
+    W3^T)), each row as gemm_w4a16 / dual_gemm_w4a16 computes it. Rows past offs[-1] keep out's
+    values (zeros when out is None)."""
+    t, e_count = x.shape[0], w.shape[0]
+    n = w.shape[1] // 2 if gated else w.shape[1]
+    out = torch.zeros(t, n, dtype=out_dtype or x.dtype) if out is None else out.detach().cpu().clone()
+    ends = [int(v) for v in offs.cpu()]
+    start = 0
+    for e in range(e_count):
+        rows = slice(start, ends[e])
+        start = ends[e]
+        if rows.stop <= rows.start:
+            continue
+        a1 = None if alphas is None else alphas[e].cpu()
+        xe = x[rows].cpu()
+        if gated:
+            a2 = None if alphas2 is None else alphas2[e].cpu()
+            we, se = w[e].cpu(), w_sf[e].cpu()
+            h = n // 128 if w_sf.dim() == 6 else n  # a blocked layout's halves are whole 128-row atoms
+            out[rows] = dual_gemm_w4a16(xe, we[:n], we[n:], se[:h], se[h:], a1, a2, out.dtype)
+        else:
+            out[rows] = gemm_w4a16(xe, w[e].cpu(), w_sf[e].cpu(), a1, None, out.dtype)
+    return out
+
+
 # e2m1 round-to-nearest-even boundaries: |v| above (or from) each adds one to the magnitude code.
 # Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4.
 _E2M1_UP = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))

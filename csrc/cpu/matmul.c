@@ -2,7 +2,7 @@
  * cpu/matmul.c - NVFP4 GEMV / GEMM / dual GEMM on the CPU, in C.
  *
  * Computes rows [m0, m1) x columns [n0, n1) of every batch of one problem
- * (nvfp4.h); the torch binding splits a call into such ranges across its
+ * (nvfp4.h; rows grouped by expert: each expert's rows among them); the torch binding splits a call into such ranges across its
  * thread pool. This is the correct-everywhere path, not the fast one.
  *
  * Dataflow: a block of MB rows of A is dequantized to fp32 once (exact:
@@ -100,8 +100,6 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
   if (m0 >= m1 || n0 >= n1 || p->batch <= 0) return NVFP4_OK;
   const int dual = p->b2.data != NULL;
   const int64_t k = p->k;
-  const float alpha = p->alpha_ptr ? *p->alpha_ptr : p->alpha;
-  const float alpha2 = !dual ? 0.0f : p->alpha2_ptr ? *p->alpha2_ptr : p->alpha2;
   float lut[16];
   for (uint32_t code = 0; code < 16; code++) lut[code] = nvfp4_e2m1_to_float(code);
 
@@ -111,10 +109,21 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
   if (!buf) return NVFP4_ERR_NO_MEMORY;
   float *a_rows = buf, *b_rows = buf + mb_max * k, *b2_rows = b_rows + nb_max * k;
 
+  int64_t row_end = 0; /* grouped rows: the previous expert's end */
   for (int64_t l = 0; l < p->batch; l++) {
     uint16_t *c = (uint16_t *)p->c + l * p->c_batch_stride;
-    for (int64_t mt = m0; mt < m1; mt += MB) {
-      int64_t mb = m1 - mt < MB ? m1 - mt : MB;
+    /* the rows of batch l in the range: all of them, or expert l's */
+    int64_t r0 = m0, r1 = m1;
+    if (p->offs) {
+      const int64_t start = row_end, end = p->offs[l] < start ? start : p->offs[l] > p->m ? p->m : p->offs[l];
+      row_end = end;
+      r0 = start > m0 ? start : m0, r1 = end < m1 ? end : m1;
+    }
+    const int64_t per = p->offs ? l : 0; /* grouped rows: one alpha per expert */
+    const float alpha = p->alpha_ptr ? p->alpha_ptr[per] : p->alpha;
+    const float alpha2 = !dual ? 0.0f : p->alpha2_ptr ? p->alpha2_ptr[per] : p->alpha2;
+    for (int64_t mt = r0; mt < r1; mt += MB) {
+      int64_t mb = r1 - mt < MB ? r1 - mt : MB;
       for (int64_t i = 0; i < mb; i++) {
         if (p->a_type == NVFP4_E2M1)
           dequant_row(&p->a, k, l, mt + i, lut, a_rows + i * k);

@@ -81,9 +81,11 @@ struct Epilogue {
   int32_t bias_type, c_type; /* nvfp4.h's; kept in one register each, as few live as the tile kernels can spare */
   bool bias_by_row;
 
-  __device__ __forceinline__ Epilogue(const nvfp4_matmul &p, float unscale = 1.f, bool by_row = false)
-      : alpha(unscale * (p.alpha_ptr ? *p.alpha_ptr : p.alpha)),
-        alpha2(p.b2.data ? unscale * (p.alpha2_ptr ? *p.alpha2_ptr : p.alpha2) : 0.f), bias(p.bias),
+  /* `expert`: rows grouped by expert (nvfp4.h) read that expert's alphas */
+  __device__ __forceinline__ Epilogue(const nvfp4_matmul &p, float unscale = 1.f, bool by_row = false,
+                                      int64_t expert = 0)
+      : alpha(unscale * (p.alpha_ptr ? p.alpha_ptr[expert] : p.alpha)),
+        alpha2(p.b2.data ? unscale * (p.alpha2_ptr ? p.alpha2_ptr[expert] : p.alpha2) : 0.f), bias(p.bias),
         bias_type(p.bias_type), c_type(p.c_type), bias_by_row(by_row) {}
 
   __device__ __forceinline__ float bias_at(int64_t row, int64_t col) const {

@@ -20,7 +20,8 @@
  * NVFP4_LAUNCH_GROUPS problems.
  *
  * Problems whose activations are 16-bit values (W4A16, a_type) go to the
- * w4a16 kernel alone; the other kernels take NVFP4 activations only.
+ * w4a16 kernel alone, as do rows grouped by expert (offs); the other kernels
+ * take NVFP4 activations only.
  *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
  * (read once): it takes every call it can run, the table the rest.
@@ -128,6 +129,7 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
 
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   if ((p.a_type != NVFP4_E2M1) != (k == Kernel::W4A16)) return false; /* W4A16 and the NVFP4 kernels: disjoint */
+  if (p.offs && k != Kernel::W4A16) return false;                      /* rows grouped by expert: W4A16's alone */
   switch (k) {
     case Kernel::W4A16: return w4a16_can_run(p, dev);
     case Kernel::GEMV_DP4A: return gemv_dp4a_can_run(p, dev);
@@ -211,7 +213,8 @@ bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0;
 
 /* Sizes in range; types known; pointers present unless the problem is empty
  * (an empty tensor may have no storage); all dual or none, all W4A16 or none;
- * no bias on a dual. */
+ * no bias on a dual; rows grouped by expert alone in a call, A and C not
+ * batched, no bias. */
 bool valid(const nvfp4_matmul *problems, int count) {
   if (count <= 0) return false;
   for (int g = 0; g < count; g++) {
@@ -225,6 +228,7 @@ bool valid(const nvfp4_matmul *problems, int count) {
       return false;
     if (!empty(p) && !(p.a.data && p.b.data && (p.a.sf || !fp4) && p.b.sf && p.c && (!p.b2.data || p.b2.sf)))
       return false;
+    if (p.offs && (count > 1 || p.a.batch_stride || p.c_batch_stride || p.bias)) return false;
   }
   return true;
 }

@@ -131,6 +131,51 @@ struct Shape {
   static_assert(NA * THREADS == TM * 8 && MW * THREADS == TW * 2, "whole chunks per thread");
 };
 
+/* Rows grouped by expert (nvfp4.h): row tile r of the launch is the r-th
+ * (expert, TM rows) pair in expert order; its expert, first row and the
+ * expert's row end. False where there is none (the grid counts a bound:
+ * min(E, m) + ceil(m / TM) row tiles). Warp 0 scans the offsets 32 experts
+ * at a time (prefix max of the clamped ends, prefix sum of their tiles); the
+ * whole CTA waits for it. */
+template <int TM>
+__device__ __forceinline__ bool expert_tile(const nvfp4_matmul &p, int64_t r, int64_t &expert, int64_t &row0,
+                                            int64_t &row_end) {
+  __shared__ long long found[3];
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const unsigned all = 0xFFFFFFFFu;
+    if (lane == 0) found[0] = -1;
+    __syncwarp();
+    long long end_before = 0, tiles_before = 0; /* of the experts before this group of 32 */
+    for (long long e0 = 0; e0 < p.batch && tiles_before <= r; e0 += 32) {
+      const long long e = e0 + lane;
+      long long end = e < p.batch ? std::min<long long>(std::max<long long>(p.offs[e], 0), p.m) : 0;
+      end = std::max(end, end_before);
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const long long o = __shfl_up_sync(all, end, d);
+        if (lane >= d) end = std::max(end, o);
+      }
+      long long start = __shfl_up_sync(all, end, 1);
+      if (lane == 0) start = end_before;
+      const long long tiles = (end - start + TM - 1) / TM;
+      long long cum = tiles;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const long long o = __shfl_up_sync(all, cum, d);
+        if (lane >= d) cum += o;
+      }
+      const long long before = tiles_before + cum - tiles;
+      if (r >= before && r < before + tiles) found[0] = e, found[1] = start + (r - before) * TM, found[2] = end;
+      end_before = __shfl_sync(all, end, 31);
+      tiles_before += __shfl_sync(all, cum, 31);
+    }
+  }
+  __syncthreads();
+  expert = found[0], row0 = found[1], row_end = found[2];
+  return expert >= 0;
+}
+
 /* CTAs an SM holds: the shape's, but at most 3 on the register-load path
  * (whose loads in flight spill at 128 registers). */
 __host__ __device__ constexpr int min_ctas(bool fast, int shape_min) { return fast || shape_min < 3 ? shape_min : 3; }
@@ -147,8 +192,8 @@ struct Split {
   int split;
 };
 
-/* What a thread copies, at K step 0: row starts (rows that do not exist: row
- * 0, never read), and which exist. A step adds 128 bytes to an activation
+/* What a thread copies, at K step 0: row starts (rows that do not exist, at
+ * or past m_end: row 0, never read), and which exist. A step adds 128 bytes to an activation
  * row, 32 to a weight row, sf_step to the scales (4 linear, one 512-byte atom
  * blocked). Activation row q is act(q): rows 16 apart, one pointer and a
  * stride (four pointers took registers the loop needs). */
@@ -165,18 +210,18 @@ struct Copies {
 
 template <bool DUAL, int MW, int TM>
 __device__ __forceinline__ Copies<Shape<DUAL, MW, TM>::NA, MW> copies_of(const nvfp4_matmul &p, int64_t l, int64_t m0,
-                                                                          int64_t n0, int tid) {
+                                                                          int64_t m_end, int64_t n0, int tid) {
   using S = Shape<DUAL, MW, TM>;
   Copies<S::NA, MW> c;
   c.act_copy = c.act_ok = c.w_ok = 0;
   /* row tid / 8 exists where any of the thread's rows does */
-  c.act0 = p.a.data + l * p.a.batch_stride + (m0 + tid / 8 < p.m ? m0 + tid / 8 : 0) * p.a.row_stride;
+  c.act0 = p.a.data + l * p.a.batch_stride + (m0 + tid / 8 < m_end ? m0 + tid / 8 : 0) * p.a.row_stride;
   c.act_step = 16 * p.a.row_stride;
 #pragma unroll
   for (int q = 0; q < S::NA; q++) {
     const int r = tid / 8 + 16 * q;
-    const bool ok = m0 + r < p.m;
-    c.act_copy |= (m0 + (r & ~7) < p.m ? 1u : 0u) << q;
+    const bool ok = m0 + r < m_end;
+    c.act_copy |= (m0 + (r & ~7) < m_end ? 1u : 0u) << q;
     c.act_ok |= (ok ? 1u : 0u) << q;
   }
   /* smem weight row r: W's row n0 + r; dual: below TW / 2 W1's, then W2's */
@@ -308,10 +353,10 @@ struct Out {
       dst[0] = (uint8_t)b, dst[1] = (uint8_t)(b >> 8);
     }
   }
-  /* outputs (row, col) and (row, col + 1), those that exist */
-  __device__ __forceinline__ void pair(const nvfp4_matmul &p, const Epilogue &ep, int64_t row, int64_t col, float v0,
-                                       float v1) const {
-    if (row >= p.m || col >= p.n) return;
+  /* outputs (row, col) and (row, col + 1), those that exist (rows below m_end) */
+  __device__ __forceinline__ void pair(const nvfp4_matmul &p, const Epilogue &ep, int64_t m_end, int64_t row, int64_t col,
+                                       float v0, float v1) const {
+    if (row >= m_end || col >= p.n) return;
     if (pairs && col + 1 < p.n) {
       *reinterpret_cast<uint32_t *>(c + 2 * (row * row_stride + col)) = ep.pack2(v0, v1);
     } else {
@@ -334,9 +379,15 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   const int part = blockIdx.x % sp.split;
   int64_t tile = tile_id;
   const nvfp4_matmul &p = t.p[table_find(t, tile)];
-  const int64_t tiles_n = (p.n + S::TN - 1) / S::TN, tiles_m = (p.m + TM - 1) / TM;
-  const int64_t l = tile / (tiles_m * tiles_n);
-  const int64_t m0 = tile / tiles_n % tiles_m * TM, n0 = tile % tiles_n * S::TN;
+  const int64_t tiles_n = (p.n + S::TN - 1) / S::TN, n0 = tile % tiles_n * S::TN;
+  /* the tile's batch (expert), first row and end of its rows */
+  int64_t l, m0, m_end;
+  if (p.offs) {
+    if (!expert_tile<TM>(p, tile / tiles_n, l, m0, m_end)) return; /* past the last expert's rows */
+  } else {
+    const int64_t tiles_m = (p.m + TM - 1) / TM;
+    l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * TM, m_end = p.m;
+  }
   const int64_t all_steps = (p.k + KSTEP - 1) / KSTEP;
   /* this CTA's steps: [k0, k0 + steps) */
   const int64_t k0 = all_steps * part / sp.split;
@@ -344,7 +395,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   /* n8 tiles with a row below M (>= 1: the tile exists) */
-  const int nt = (int)std::min<int64_t>(NT, (p.m - m0 + 7) / 8);
+  const int nt = (int)std::min<int64_t>(NT, (m_end - m0 + 7) / 8);
   /* the warp's m16 tiles: smem rows of g and g + 8, first output column, and
    * which have a column below N */
   int w_row[MW], w_row8[MW];
@@ -370,7 +421,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
    * count stays exact); the general path loads a step into registers
    * (st_*) before the mma of the current one and stores it after. Step s of
    * this CTA is step k0 + s of the row, in slot s % STAGES. */
-  const auto cp = copies_of<DUAL, MW, TM>(p, l, m0, n0, tid);
+  const auto cp = copies_of<DUAL, MW, TM>(p, l, m0, m_end, n0, tid);
   const int a_chunk = tid % 8, w_half = tid % 2;
   const int64_t a_bytes = 2 * p.k, w_bytes = p.k / 2, k_blocks = p.k / 16;
   auto a_dst = [&](int s, int q) {
@@ -486,7 +537,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
    * activation row (output row) 2 tq + e % 2 of n8 tile j. After the swap with
    * lane ^ 4 (g ^ 1) a thread of even g holds row 2 tq, columns g, g + 1 and
    * g + 8, g + 9; of odd g row 2 tq + 1, columns g - 1, g and g + 7, g + 8. */
-  const Epilogue ep(p, UNSCALE);
+  const Epilogue ep(p, UNSCALE, false, p.offs ? l : 0);
   uint8_t *c = static_cast<uint8_t *>(p.c) + 2 * l * p.c_batch_stride;
   const Out out{c, p.c_row_stride, aligned(c, 4) && p.c_row_stride % 2 == 0, aligned(c, 2)};
   const bool odd = g & 1;
@@ -507,8 +558,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
         const float r0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[0] : v[1], 4);
         const float r1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[2] : v[3], 4);
         const int64_t row = m0 + 8 * j + 2 * tq + (odd ? 1 : 0), col = col0 + (g & ~1);
-        out.pair(p, ep, row, col, odd ? r0 : v[0], odd ? v[1] : r0);
-        out.pair(p, ep, row, col + 8, odd ? r1 : v[2], odd ? v[3] : r1);
+        out.pair(p, ep, m_end, row, col, odd ? r0 : v[0], odd ? v[1] : r0);
+        out.pair(p, ep, m_end, row, col + 8, odd ? r1 : v[2], odd ? v[3] : r1);
       }
   }
 }
@@ -528,12 +579,15 @@ struct Config {
 
 int tile_n(const Config &c) { return c.dual ? 64 : 64 * c.mw; }
 
+/* A problem's tiles of TM rows; rows grouped by expert: a bound (expert_tile). */
+int64_t row_tiles(const nvfp4_matmul &p, int tm) {
+  if (p.offs) return p.batch ? std::min(p.batch, p.m) + (p.m + tm - 1) / tm : 0;
+  return (p.m + tm - 1) / tm * p.batch;
+}
+
 int64_t count_tiles(const nvfp4_matmul *problems, int count, int tm, int tn) {
   int64_t tiles = 0;
-  for (int g = 0; g < count; g++) {
-    const nvfp4_matmul &p = problems[g];
-    tiles += (p.m + tm - 1) / tm * ((p.n + tn - 1) / tn) * p.batch;
-  }
+  for (int g = 0; g < count; g++) tiles += row_tiles(problems[g], tm) * ((problems[g].n + tn - 1) / tn);
   return tiles;
 }
 
@@ -544,9 +598,10 @@ int min_ctas(const Config &c) {
 }
 
 /* problems[0, count) share a_type. Rules of thumb, not measured yet:
- * - 16 activation rows where every M is at most 16 (decode): the n8 tiles
- *   past 16 would be neither read nor multiplied anyway, and the smaller
- *   step leaves room for a ring twice as deep;
+ * - 16 activation rows where every M is at most 16 (decode; rows grouped by
+ *   expert: at most 16 an expert on average): the n8 tiles past 16 would be
+ *   neither read nor multiplied anyway, and the smaller step leaves room for
+ *   a ring twice as deep;
  * - gemm: 64-column tiles (MW = 1) where the 128-column ones would not give
  *   every SM two CTAs (fast path only);
  * - where the tiles still do not fill the SMs' CTA slots (`workspace`: the
@@ -558,7 +613,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
   for (int g = 0; g < count; g++) {
     const nvfp4_matmul &p = problems[g];
     c.fast = c.fast && fast_ok(p);
-    if (p.m > 16) c.tm = 64;
+    if (p.offs ? p.m > 16 * p.batch : p.m > 16) c.tm = 64;
     if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
   }
   const int sms = device_info().sms;
@@ -607,7 +662,12 @@ cudaError_t launch_group(const nvfp4_matmul *problems, int count, nvfp4_workspac
                          cudaStream_t stream) {
   Config c = config_of(problems, count, ws_fn != nullptr);
   MatmulTable t;
-  const int64_t tiles = table_tiles(t, problems, count, c.tm, tile_n(c));
+  int64_t tiles = table_tiles(t, problems, count, c.tm, tile_n(c));
+  if (problems[0].offs) { /* rows grouped by expert: a bound (expert_tile) */
+    tiles = count_tiles(problems, 1, c.tm, tile_n(c));
+    if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+    t.tile_start[1] = (int32_t)tiles;
+  }
   if (tiles == 0) return cudaSuccess;
   Split sp = {nullptr, nullptr, 0, 1};
   if (c.split > 1) {
@@ -671,6 +731,6 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, cha
   const Config c = config_of(problems, count, workspace);
   char split[24] = "";
   if (c.split > 1) std::snprintf(split, sizeof split, ", split-K %d", c.split);
-  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), split,
-                c.fast ? "" : ", register loads");
+  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), split,
+                c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "");
 }

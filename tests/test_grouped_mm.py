@@ -1,0 +1,161 @@
+"""grouped_mm: rows grouped by expert (a mixture of experts), the group sizes on the device.
+
+Exact against reference.grouped_mm on fresh full-range weights (every fp4 code, wide scales, NaN
+and zero blocks) and 16-bit activations, on the CPU and on a GPU: empty experts, one expert taking
+every row, rows past the last expert (left as they were), odd multiples of 16, both scale layouts,
+plain and gated (W1 and W3 in one weight), per-expert alphas; capture once, replay with new
+routings; bad arguments."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.testing import random_operand
+from conftest import assert_matches, needs_cuda
+from helpers import poisoned, w4a16_slack
+
+
+def routing(sizes, device):
+    """offs (int32 cumulative ends) of these group sizes."""
+    return torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
+
+
+def activations(t, k, dtype, gen, device):
+    """x [T, K]: normal values over 2^-20 .. 2^10, some exact zeros."""
+    x = torch.randn(t, k, generator=gen) * torch.exp2(torch.randint(-20, 10, (t, 1), generator=gen).float())
+    x[torch.rand(t, k, generator=gen) < 0.05] = 0
+    return x.to(dtype).to(device)
+
+
+def slack(x, w, sf, offs, alphas, alphas2, gated):
+    """helpers.w4a16_slack per expert's rows (what an fp32 sum of inexact products may be off by)."""
+    n = w.shape[1] // 2 if gated else w.shape[1]
+    out = torch.zeros(x.shape[0], n, dtype=torch.float64)
+    start = 0
+    for e, end in enumerate(int(v) for v in offs.cpu()):
+        if end > start:
+            a1 = 1.0 if alphas is None else float(alphas[e])
+            xe, we, se = x[start:end].cpu(), w[e].cpu(), sf[e].cpu()
+            if gated:
+                h = n // 128 if sf.dim() == 6 else n
+                a2 = 1.0 if alphas2 is None else float(alphas2[e])
+                out[start:end] = w4a16_slack(xe, we[:n], se[:h], a1, we[n:], se[h:], a2)
+            else:
+                out[start:end] = w4a16_slack(xe, we, se, a1)
+        start = end
+    return out
+
+
+CASES = [  # (group sizes, T, N, K, scale layout, gated)
+    ([3, 0, 5, 1], 9, 48, 80, "linear", False),
+    ([3, 0, 5, 1], 12, 48, 80, "linear", True),       # 3 rows past the last expert
+    ([0, 0, 17, 0], 17, 16, 48, "blocked", False),    # one expert takes every row
+    ([0, 0, 17, 0], 20, 128, 48, "blocked", True),
+    ([1] * 7, 7, 144, 1040, "linear", True),          # decode: a row an expert
+    ([40, 0, 0, 33, 70], 150, 96, 272, "linear", False),
+    ([0, 0, 0], 5, 32, 64, "linear", False),          # no rows at all
+    ([2, 5], 7, 300, 2048, "linear", False),          # long K over few tiles: CTAs share K on a GPU
+    ([130, 3, 0, 60], 193, 128, 512, "blocked", True),  # 64-row tiles
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0][:4]}-{c[1]}x{c[2]}x{c[3]}-{c[4]}-{'gated' if c[5] else 'plain'}"
+                                             for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_grouped_mm_matches_reference(device, gen, case, dtype):
+    sizes, t, n, k, layout, gated = case
+    e = len(sizes)
+    w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=device, layout=layout)
+    x = activations(t, k, dtype, gen, device)
+    offs = routing(sizes, device)
+    alphas = (torch.rand(e, generator=gen) + 0.25).to(device)
+    alphas2 = (torch.rand(e, generator=gen) * 2).to(device) if gated else None
+    out = poisoned((t, n), device).to(dtype)
+    nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, alphas2=alphas2, gated=gated, out=out)
+    want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, alphas2, gated, out=out.new_full(out.shape, float("nan")))
+    rows = int(offs[-1])
+    assert torch.isnan(out[rows:].float()).all(), "rows past the last expert were written"
+    assert_matches(out[:rows], want[:rows], f"grouped_mm {case}", slack=slack(x, w.data, w.sf, offs, alphas, alphas2,
+                                                                             gated)[:rows])
+    # allocating, no alphas, the other output dtype
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+    got = nk.grouped_mm(x, w.data, w.sf, offs, gated=gated, out_dtype=other)
+    assert got.dtype == other and got.shape == (t, n)
+    want = reference.grouped_mm(x, w.data, w.sf, offs, gated=gated, out_dtype=other)
+    assert_matches(got[:rows], want[:rows], f"grouped_mm {case} -> {other}",
+                   slack=slack(x, w.data, w.sf, offs, None, None, gated)[:rows])
+
+
+@needs_cuda
+def test_graph_replays_new_routings(gen):
+    """Captured once; each replay takes new offsets (and rows) copied into the captured tensors."""
+    e, t, n, k = 6, 24, 96, 256
+    w = random_operand(e, 2 * n, k, gen=gen, device="cuda")
+    x = activations(t, k, torch.bfloat16, gen, "cuda")
+    offs = routing([4] * e, "cuda")
+    alphas = (torch.rand(e, generator=gen) + 0.5).cuda()
+    nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True)
+    for sizes in ([24, 0, 0, 0, 0, 0], [0, 3, 0, 11, 0, 10], [1, 2, 3, 4, 5, 9]):
+        offs.copy_(routing(sizes, "cuda"))
+        x.copy_(activations(t, k, torch.bfloat16, gen, "cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, True)
+        assert_matches(y, want, f"replay {sizes}", slack=slack(x, w.data, w.sf, offs, alphas, None, True))
+
+
+def test_bad_arguments(device):
+    e, t, n, k = 3, 5, 32, 64
+    w = random_operand(e, n, k, gen=torch.Generator().manual_seed(0), device=device)
+    x = torch.zeros(t, k, dtype=torch.bfloat16, device=device)
+    offs = routing([1, 2, 2], device)
+    cases = [
+        (TypeError, r"offs must be int32, got Long", dict(offs=offs.long())),
+        (ValueError, r"offs must be a contiguous \[E\] = \[3\]", dict(offs=offs[:2])),
+        (TypeError, r"x must be float16 or bfloat16, got Float", dict(x=x.float())),
+        (ValueError, r"x must be \[T, K\]", dict(x=x[None])),
+        (ValueError, r"w has K/2=32 but x has K=48", dict(x=x[:, :48])),
+        (ValueError, r"w must be \[E, N, K/2\]", dict(w=w.data[0])),
+        (TypeError, r"alphas must be float32", dict(alphas=torch.ones(e, dtype=torch.float64, device=device))),
+        (ValueError, r"alphas must be a contiguous \[E\] = \[3\]", dict(alphas=torch.ones(2, device=device))),
+        (ValueError, r"alphas2 is for a gated call", dict(alphas2=torch.ones(e, device=device))),
+        (ValueError, r"a gated w must have 2N rows", dict(gated=True, w=w.data[:, :31], sf=w.sf[:, :31])),
+    ]
+    if device == "cpu":
+        cases += [(ValueError, r"offs must be non-decreasing from 0 and at most T=5; offs\[1\] = 1 after 3",
+                   dict(offs=routing([3, -2, 1], device))),
+                  (ValueError, r"at most T=5; offs\[2\] = 6", dict(offs=routing([1, 2, 3], device)))]
+    else:
+        cases += [(ValueError, r"offs is on cpu but x is on cuda", dict(offs=offs.cpu()))]
+    for exc, msg, kw in cases:
+        args = dict(x=x, w=w.data, sf=w.sf, offs=offs, alphas=None, alphas2=None, gated=False) | kw
+        with pytest.raises(exc, match=msg):
+            nk.grouped_mm(args["x"], args["w"], args["sf"], args["offs"], alphas=args["alphas"],
+                          alphas2=args["alphas2"], gated=args["gated"])
+    wb = random_operand(e, 2 * 64, k, gen=torch.Generator().manual_seed(1), device=device, layout="blocked")
+    with pytest.raises(ValueError, match=r"blocked scales of a gated w need N % 128 == 0"):
+        nk.grouped_mm(x, wb.data, wb.sf, offs, gated=True)
+
+
+def test_torch_citizen(device, gen):
+    """opcheck (schema, fake, compile) and torch.compile(fullgraph=True); every row belongs to an
+    expert (an allocating call leaves the others unwritten)."""
+    e, t, n, k = 3, 10, 32, 64
+    w = random_operand(e, 2 * n, k, gen=gen, device=device)
+    x = activations(t, k, torch.bfloat16, gen, device)
+    offs = routing([4, 0, 6], device)
+    alphas = torch.rand(e, generator=gen).to(device)
+    u8 = lambda v: v.view(torch.uint8)  # noqa: E731  (opcheck cannot copy fp4 / fp8 tensors)
+    torch.library.opcheck(torch.ops.nvfp4.grouped_mm.default, (x, u8(w.data), u8(w.sf), offs, alphas, None, True))
+    torch.library.opcheck(torch.ops.nvfp4.grouped_mm_out.default,
+                          (x, u8(w.data[:, :n]), u8(w.sf[:, :n]), offs, None, None, False,
+                           poisoned((t, n), device).to(torch.bfloat16)))
+    name = nk.kernel_name("grouped_mm_gated", x, w.data, w.sf, offs)
+    assert name == "cpu" if device == "cpu" else name.startswith("w4a16 (bf16 activations") and "rows by expert" in name
+    f = torch.compile(lambda x, o: nk.grouped_mm(x, w.data, w.sf, o, alphas=alphas, gated=True), fullgraph=True)
+    assert torch.equal(f(x, offs), nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True))

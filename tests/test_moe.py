@@ -1,0 +1,141 @@
+"""nn.NVFP4MoE: routing, the experts' rows grouped on the device, two grouped_mm stages, the
+weighted combine. Against a per-token loop over the same ops (no permutation, no grouping): on the
+CPU bit for bit (each row's sums are the same C code), on a GPU within the rows' rounding; routing
+against its formulas; a CUDA graph replayed with new routings; bad arguments."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.nn import NVFP4MoE
+from conftest import needs_cuda
+
+E, H, I = 8, 64, 48
+
+
+def make_moe(mode, routing, gen, device, top_k=2, **kw):
+    gate, up = (torch.randn(E, I, H, generator=gen) * 0.1 for _ in range(2))
+    down = torch.randn(E, H, I, generator=gen) * 0.1
+    scales = (torch.rand(E, generator=gen) * 0.01 + 0.001, torch.rand(E, generator=gen) * 0.01 + 0.001)
+    moe = NVFP4MoE.from_experts(gate.bfloat16(), up.bfloat16(), down.bfloat16(), top_k, mode=mode,
+                                input_scales=scales if mode == "w4a4" else None, routing=routing, **kw)
+    if moe.e_score_correction_bias is not None:
+        moe.e_score_correction_bias.copy_(torch.randn(E, generator=gen) * 0.1)
+    return moe.to(device)
+
+
+def per_token(moe, x, logits):
+    """out[t] = sum_j w[t, j] * expert_{ids[t, j]}(x[t]), one row at a time through the dense ops."""
+    weights, ids = moe.route(logits)
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+    i = moe.intermediate_size
+
+    def act(v, e, which):  # w4a4: v quantized with expert e's input_scale, as exact values
+        if moe.mode == "w4a16":
+            return v
+        g = 1.0 / getattr(moe, f"{which}_input_scale")[e]
+        codes, sf = nk.quantize(v.float() * g)
+        return reference.dequantize(codes, sf).to(v.dtype)
+
+    for t in range(x.shape[0]):
+        for j in range(moe.top_k):
+            e = int(ids[t, j])
+            w13, s13 = moe.w13_weight[e], moe.w13_weight_scale[e]
+            h = nk.dual_gemm_w4a16(act(x[t:t + 1], e, "w13"), w13[:i], w13[i:], s13[:i], s13[i:],
+                                   alpha1=moe._alpha1[e:e + 1], alpha2=moe._alpha3[e:e + 1])
+            y = nk.gemm_w4a16(act(h, e, "w2"), moe.w2_weight[e], moe.w2_weight_scale[e], alpha=moe._alpha2[e:e + 1])
+            out[t] += weights[t, j] * y[0].float()
+    return out.to(x.dtype)
+
+
+@pytest.mark.parametrize("mode", ["w4a4", "w4a16"])
+@pytest.mark.parametrize("routing,kw", [("softmax", {}), ("softmax", {"norm_topk_prob": False}),
+                                        ("sigmoid", {"n_group": 4, "topk_group": 2, "correction_bias": True,
+                                                     "routed_scaling_factor": 2.5})])
+@pytest.mark.parametrize("t", [1, 5, 33])
+def test_moe_matches_per_token(device, gen, mode, routing, kw, t):
+    moe = make_moe(mode, routing, gen, device, top_k=3, **kw)
+    x = (torch.randn(t, H, generator=gen) * 2).bfloat16().to(device)
+    logits = torch.randn(t, E, generator=gen).to(device)
+    got, want = moe(x, logits), per_token(moe, x, logits)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    if device == "cpu":
+        assert torch.equal(got, want)
+    else:  # the grouped launch sums in another order than one row's: a unit of h may flip a w4a4 code
+        err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+        assert err < (5e-2 if mode == "w4a4" else 1e-2), float(err)
+
+
+def test_routing_formulas(gen):
+    logits = torch.randn(6, E, generator=gen)
+    moe = NVFP4MoE(E, H, I, 3, routing="softmax", norm_topk_prob=True)
+    w, ids = moe.route(logits)
+    p = logits.softmax(-1)
+    assert torch.equal(ids, p.topk(3, -1)[1])
+    torch.testing.assert_close(w, p.gather(1, ids) / p.gather(1, ids).sum(-1, keepdim=True))
+    # DeepSeek-V3: groups ranked by their two best corrected scores; weights from the plain sigmoid
+    moe = NVFP4MoE(E, H, I, 2, routing="sigmoid", n_group=4, topk_group=2, correction_bias=True,
+                   routed_scaling_factor=2.5)
+    moe.e_score_correction_bias.copy_(torch.randn(E, generator=gen))
+    w, ids = moe.route(logits)
+    s = logits.sigmoid()
+    c = s + moe.e_score_correction_bias
+    for r in range(logits.shape[0]):
+        group_score = [sorted(c[r, 2 * g:2 * g + 2].tolist())[-2:] for g in range(4)]
+        best = sorted(range(4), key=lambda g: -sum(group_score[g]))[:2]
+        allowed = [e for e in range(E) if e // 2 in best]
+        pick = sorted(allowed, key=lambda e: -float(c[r, e]))[:2]
+        assert sorted(ids[r].tolist()) == sorted(pick)
+        sw = s[r, ids[r]]
+        torch.testing.assert_close(w[r], sw / (sw.sum() + 1e-20) * 2.5)
+
+
+@needs_cuda
+def test_graph_replays_new_routings(gen):
+    moe = make_moe("w4a4", "softmax", gen, "cuda", top_k=2)
+    x = (torch.randn(12, H, generator=gen)).bfloat16().cuda()
+    logits = torch.randn(12, E, generator=gen).cuda()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        moe(x, logits)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = moe(x, logits)
+    for scale in (1.0, 5.0, 0.1):  # new routings (and all rows to few experts at 5.0)
+        logits.copy_(torch.randn(12, E, generator=gen).cuda() * scale)
+        x.copy_(torch.randn(12, H, generator=gen).bfloat16().cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, moe(x, logits))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"top_k=9 is more than num_experts=8"):
+        NVFP4MoE(E, H, I, 9)
+    with pytest.raises(ValueError, match=r"multiples of 16"):
+        NVFP4MoE(E, 40, I, 2)
+    with pytest.raises(ValueError, match=r"routing must be one of"):
+        NVFP4MoE(E, H, I, 2, routing="relu")
+    with pytest.raises(ValueError, match=r"groups go with sigmoid routing"):
+        NVFP4MoE(E, H, I, 2, n_group=2)
+    moe = NVFP4MoE(E, H, I, 2, mode="w4a16")
+    with pytest.raises(TypeError, match=r"x must be a float16 or bfloat16 \[T, hidden_size=64\]"):
+        moe(torch.zeros(3, H), torch.zeros(3, E))
+    with pytest.raises(ValueError, match=r"router_logits must be \[T=3, num_experts=8\]"):
+        moe(torch.zeros(3, H, dtype=torch.bfloat16), torch.zeros(3, E + 1))
+    with pytest.raises(ValueError, match=r"w4a4 needs input_scales"):
+        NVFP4MoE.from_experts(torch.zeros(E, I, H), torch.zeros(E, I, H), torch.zeros(E, H, I), 2, mode="w4a4")
+
+
+def test_rows_quantized_as_the_linear_layer(device, gen):
+    """A row times its expert's global scale in float32, quantized with none, is quantize(row, g):
+    fp32(amax g) = amax of fp32(x g) (g > 0) and the codes see fp32(x g) either way."""
+    x = (torch.randn(7, H, generator=gen) * torch.exp2(torch.randint(-10, 10, (7, 1), generator=gen).float()))
+    x = x.bfloat16().to(device)
+    for g in (0.37, 1e-3, 4096.0 / 3):
+        a = nk.quantize(x.float() * torch.tensor(g, device=device).float())
+        b = nk.quantize(x, global_scale=torch.tensor(g, dtype=torch.float32, device=device))
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1].view(torch.uint8), b[1].view(torch.uint8))
