@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 
 import nvfp4_kernels as nk
 
-from .common import measure_ceilings, pyplot
+from .common import graph_time, measure_ceilings, pyplot
 
 # (name, N, K, dual): N of each half for the dual
 MODELS = {
@@ -98,31 +97,6 @@ def kernel_of(mode, m, n, k, dual, gen):
         return nk.kernel_name("dual_gemm_w4a16", x, c, c, s, s) if dual else nk.kernel_name("gemm_w4a16", x, c, s)
     xq, sx = nk.quantize(torch.zeros(m, k, device="cuda", dtype=torch.bfloat16), global_scale=1.0)
     return (nk.kernel_name("dual_gemm", xq, c, c, sx, s, s) if dual else nk.kernel_name("gemm", xq, c, sx, s))
-
-
-def graph_time(calls, replays=20) -> float:
-    """Median GPU seconds per call: the chain captured once in a CUDA graph, replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for c in calls[:2]:
-            c()  # warm-up (allocator, first-launch work) outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    graph.replay()
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / len(calls))
-    del graph
-    return statistics.median(samples)
 
 
 def run(models, tokens, modes, json_path=None, png_path=None):

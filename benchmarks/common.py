@@ -91,3 +91,28 @@ def pyplot():
         print("matplotlib not installed: no PNG")
         return None
     return plt
+
+
+def graph_time(calls, replays=20) -> float:
+    """Median GPU seconds per call: the chain captured once in a CUDA graph, replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for c in calls[:2]:
+            c()  # warm-up (allocator, first-launch work) outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    graph.replay()
+    samples = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / len(calls))
+    del graph
+    return statistics.median(samples)

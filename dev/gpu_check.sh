@@ -9,7 +9,7 @@
 #   BENCH_ARGS="--problem gemv" bash dev/gpu_check.sh
 #   PYTEST_ARGS="tests/test_tensor_cores.py -x" BENCH_GEMV=0 bash dev/gpu_check.sh
 #   BUILD=0 bash dev/gpu_check.sh         # the extension an earlier step of the same call built
-#   BENCH=0 BENCH_GEMM=0 BENCH_GEMV=0 BENCH_MODELS=0 bash dev/gpu_check.sh   # tests and sanitizers only
+#   BENCH=0 BENCH_GEMM=0 BENCH_GEMV=0 BENCH_MODELS=0 BENCH_MOE=0 bash dev/gpu_check.sh   # tests and sanitizers only
 #   BENCH_MODELS_ARGS="--model 8b 70b" bash dev/gpu_check.sh  # the model layers' benchmark, every M
 #   EXAMPLE=0 bash dev/gpu_check.sh      # skip examples/nvfp4_llama.py --config 8b (needs transformers)
 #   SANITIZE_FORCES="auto mma:wk4" bash dev/gpu_check.sh      # the kernels forced under the sanitizers
@@ -89,6 +89,11 @@ if [ "${BENCH_MODELS:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_models --json "$OUT/models.json" --png "$OUT/models.png" \
     ${BENCH_MODELS_ARGS:---model 8b --m 1,16,64,256,4096} 2>&1 | tee "$OUT/models.log"
 fi
+if [ "${BENCH_MOE:-1}" = 1 ]; then
+  echo "== mixture-of-experts benchmark"
+  timeout ${BENCH_TIMEOUT:-900} python3 -m benchmarks.bench_moe --json "$OUT/moe.json" --png "$OUT/moe.png" \
+    ${BENCH_MOE_ARGS:---t 1,8,64,512,4096} 2>&1 | tee "$OUT/moe.log"
+fi
 if [ "${EXAMPLE:-1}" = 1 ] && python3 -c "import transformers, safetensors" 2>/dev/null; then
   echo "== example: a Llama-3-8B-sized model in NVFP4 (tokens/s)"
   timeout ${BENCH_TIMEOUT:-900} env PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} python3 examples/nvfp4_llama.py \
@@ -112,6 +117,7 @@ fi
 if [ -f "$OUT/gemm.log" ]; then grep -E "competition shapes" "$OUT/gemm.log"; fi
 if [ -f "$OUT/gemv.log" ]; then grep -E "^competition shapes" "$OUT/gemv.log"; fi
 if [ -f "$OUT/models.log" ]; then grep -E " layer " "$OUT/models.log"; fi
+if [ -f "$OUT/moe.log" ]; then grep -E " (w4a4|w4a16) " "$OUT/moe.log"; fi
 if [ -f "$OUT/example.log" ]; then grep -E "^(w4a4|w4a16|decode)" "$OUT/example.log"; fi
 # the exit status: the tests' and the sanitizers' (the benchmarks print their own failures)
 exit "$status"

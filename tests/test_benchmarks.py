@@ -7,6 +7,7 @@ a total line."""
 import json
 
 import pytest
+import torch
 
 from benchmarks import competition
 
@@ -78,3 +79,26 @@ def test_bench_models_arguments():
         bench_models.main(["--m", "1,x"])
     assert [n for n, *_ in bench_models.MODELS["8b"]] == ["qkv", "o", "gate_up", "down"]
     assert bench_models.weight_bytes(16, 64, "w4a16") == 16 * (32 + 4)
+
+
+def test_bench_moe_baselines_agree():
+    """benchmarks/bench_moe.py: the bf16 baselines (torch._grouped_mm and a loop of F.linear) compute
+    the same block, and NVFP4MoE's routing is the one they use; bad token lists are refused."""
+    from benchmarks import bench_moe
+    from nvfp4_kernels.nn import NVFP4MoE
+
+    with pytest.raises(SystemExit):
+        bench_moe.main(["--t", "1,x"])
+    gen = torch.Generator().manual_seed(0)
+    t, h, i, e, k = 9, 32, 16, 6, 2
+    x = torch.randn(t, h, generator=gen).bfloat16()
+    logits = torch.randn(t, e, generator=gen)
+    w13 = (torch.randn(e, 2 * i, h, generator=gen) * 0.2).bfloat16()
+    w2 = (torch.randn(e, h, i, generator=gen) * 0.2).bfloat16()
+    _, _, _, offs = bench_moe.grouping(logits, k)
+    sizes = torch.diff(offs, prepend=offs.new_zeros(1)).tolist()
+    a, b = bench_moe.bf16_block(x, logits, w13, w2, k), bench_moe.bf16_block(x, logits, w13, w2, k, sizes)
+    torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    want, got_ids = NVFP4MoE(e, h, i, k).route(logits), logits.softmax(-1).topk(k, -1)[1]
+    assert torch.equal(want[1], got_ids)
+    assert bench_moe.expert_bytes(2048, 768, "w4a16") == 3 * 2048 * 768 * 9 // 16
