@@ -135,7 +135,9 @@ nvfp4_status nvfp4_matmul_cuda(const nvfp4_matmul *problems, int count, cudaStre
  * kernel: stream-K partials where whole tiles would leave SMs idle, and the
  * activations pre-decoded to fp16 where that pays, 2 bytes per value of
  * 128-row tiles, at most 1 GiB per launch; the skinny kernel of M <= 16:
- * fp32 partials of row blocks split over CTAs, 2-4 KB per CTA). Called with the
+ * fp32 partials of row blocks split over CTAs, 2-4 KB per CTA; the W4A16
+ * kernel: fp32 partials of tiles whose K is split over CTAs, 4-32 KB per
+ * CTA, and a ticket per tile). Called with the
  * bytes the launch's plan needs; returns 16-byte aligned device memory that
  * the launch may use in stream order on its stream (contents not kept), or
  * NULL: the launch then runs without it. */

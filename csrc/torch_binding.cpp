@@ -599,6 +599,7 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
     const bool blocked = w_sf.dim() == 6;
     TORCH_CHECK_VALUE(!blocked || N % 128 == 0, op, ": blocked scales of a gated w need N % 128 == 0 (W1 and W3 "
                       "in whole 128-row atoms), got N=", N);
+    make_operand(op, w_, "w_sf", Arg(w_sf), true, E, 2 * N, K, true);  // the whole of w_sf checked first
     const int64_t sf_rows = blocked ? N / 128 : N;
     const auto half = [&](const Tensor &t, int64_t i, int64_t rows) { return t.dim() >= 2 ? t.narrow(1, i * rows, rows) : t; };
     p.b = make_operand(op, Arg(half(w, 0, N)), "w_sf", Arg(half(w_sf, 0, sf_rows)), true, E, N, K, true);

@@ -159,3 +159,14 @@ def test_torch_citizen(device, gen):
     assert name == "cpu" if device == "cpu" else name.startswith("w4a16 (bf16 activations") and "rows by expert" in name
     f = torch.compile(lambda x, o: nk.grouped_mm(x, w.data, w.sf, o, alphas=alphas, gated=True), fullgraph=True)
     assert torch.equal(f(x, offs), nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True))
+
+
+def test_gated_scales_checked_whole(device):
+    """A gated call's w_sf must be the whole [E, 2N, K/16] (or its blocked grid), not just halves."""
+    e, t, n, k = 2, 3, 16, 64
+    w = random_operand(e, 2 * n, k, gen=torch.Generator().manual_seed(2), device=device)
+    x = torch.zeros(t, k, dtype=torch.bfloat16, device=device)
+    offs = routing([1, 2], device)
+    wide = torch.cat([w.sf, w.sf[:, :n]], 1)  # 3N rows of scales
+    with pytest.raises(ValueError, match=r"w_sf has shape \[2, 48, 4\]; the linear layout"):
+        nk.grouped_mm(x, w.data, wide, offs, gated=True)

@@ -4,6 +4,8 @@
  * accumulators, any shape, stride and alignment.
  *   C[l, m, n] = sum_k A[l, m, k] * W[l, n, k],  A = p.a (2-byte values),
  *   W = p.b (and p.b2 for a dual), then common.cuh's Epilogue.
+ * Rows grouped by expert (p.offs, nvfp4.h): A and C are not batched; rows
+ * [offs[l - 1], offs[l]) of them go with expert l's W and alphas.
  *
  * Roles: the weights are mma's A operand (m16 = 16 weight rows = 16 output
  * columns), decoded in registers straight from their code bytes
@@ -29,7 +31,8 @@
  * (fp16) to ~6 (bf16) instructions per mma. Not measured yet.
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
- *   tile: TM = 64 activation rows (16 where every M of the launch is) x TN
+ *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
+ *     rows grouped by expert: at most 16 an expert on average) x TN
  *     output columns; gemm TN = 128 (warp w: weight rows 32 w .. 32 w + 31, 2
  *     m16 tiles) or TN = 64 where the 128-column tiles leave SMs idle (warp w:
  *     16 w .., 1 m16 tile); dual TN = 64 (warp w: rows 16 w .. of W1 and the
@@ -42,15 +45,19 @@
  *   epilogue: fp32 x 2^6 (UNSCALE) x alpha (+ bias), or silu(C1) * C2 ->
  *     c_type; lanes g, g ^ 1 swap halves (one shuffle per pair) so that each
  *     stores two adjacent columns as one 4-byte word.
- * Grid: the tiles of all problems of a launch (MatmulTable), every batch,
- * times `split` CTAs per tile where the tiles alone leave CTA slots empty
+ * Grid: the tiles of all problems of a launch (MatmulTable), every batch
+ * (rows grouped by expert: a bound, min(E, T) + ceil(T / TM) row tiles per
+ * column tile; a CTA's warp 0 scans the offsets for its expert and rows, and
+ * CTAs past the last expert's rows return), times `split` CTAs per tile where the tiles alone leave CTA slots empty
  * (a small M: few output tiles, long K): each CTA takes a contiguous share
  * of K's steps (at least 8), writes fp32 partials to the caller's workspace
  * and takes the tile's ticket; the last adds the partials in a fixed order
  * and runs the epilogue (as skinny.cu; deterministic, no memset).
  * 2 CTAs an SM (~190-245 registers; 37.5 KB of shared memory, which sm_86 /
  * sm_89's 100 KB also hold twice), 3 at TN = 64 (2 on sm_86 / sm_89: 41 KB
- * each), 4 at TM = 16 (<= 128 registers, 35-40 KB). Programmatic dependent
+ * each), at TM = 16 4 on the fast path (<= 128 registers, 35-40 KB: 2 on
+ * sm_86 / sm_89), 3 on the register-load path; the split rule asks the
+ * runtime (ctas_per_sm). Programmatic dependent
  * launch where the device runs sm_90 code (common.cuh): pdl_wait first,
  * pdl_launch_dependents before the epilogue.
  *
@@ -68,12 +75,14 @@
  * for bf16 activations below ~2^-110, 2^-102 on the sm_80 path, whose
  * products with the scaled weights fall below fp32's range).
  *
- * Shared memory, a step: activations [64 rows][8 chunks of 16 bytes], chunk c
+ * Shared memory, a step: activations [TM rows][8 chunks of 16 bytes], chunk c
  * of row r at chunk c ^ (r & 1) (the two 16-byte reads of a quarter warp, rows
  * g and g + 1, then cover all 32 banks); weight codes [rows][32 bytes]; their
- * scales [rows][4 bytes]. 12.5 KB a step at TN = 128 (10.25 KB at 64).
+ * scales [rows][4 bytes]. 12.5 KB a step at TN = 128 (10.25 KB at 64); at
+ * TM = 16 6.5 KB (4.25 KB).
  *
- * Zero fill: activation rows past M (in an n8 tile that is read), weight rows
+ * Zero fill: activation rows past M or the expert's rows (in an n8 tile that
+ * is read), weight rows
  * past N and K past the end (K % 64 != 0) are zero values, zero codes with
  * zero scales: their products are 0 (a blocked layout's padding scales are
  * never read).
@@ -591,10 +600,51 @@ int64_t count_tiles(const nvfp4_matmul *problems, int count, int tm, int tn) {
   return tiles;
 }
 
-/* CTAs an SM holds of the configuration (its launch bounds). */
-int min_ctas(const Config &c) {
-  if (c.tm == 16) return min_ctas(c.fast, c.mw == 2 ? Shape<false, 2, 16>::MIN_CTAS : Shape<false, 1, 16>::MIN_CTAS);
-  return min_ctas(c.fast, c.mw == 2 ? Shape<false, 2, 64>::MIN_CTAS : Shape<false, 1, 64>::MIN_CTAS);
+/* A configuration's kernel and its dynamic shared memory: the one place
+ * that maps a Config to a template instance. */
+struct Entry {
+  const void *fn;
+  int smem;
+};
+
+template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
+Entry entry() {
+  constexpr int smem = Shape<DUAL, MW, TM>::SMEM;
+  static_assert(smem <= 48 * 1024, "no opt-in: every sm_80+ device gives a CTA 48 KB");
+  return {reinterpret_cast<const void *>(w4a16_kernel<DUAL, BF16, FAST, MW, TM>), smem};
+}
+
+template <bool BF16, int TM>
+Entry entry(const Config &c) {
+  if (c.dual) return c.fast ? entry<true, BF16, true, 2, TM>() : entry<true, BF16, false, 2, TM>();
+  if (!c.fast) return entry<false, BF16, false, 2, TM>();
+  return c.mw == 1 ? entry<false, BF16, true, 1, TM>() : entry<false, BF16, true, 2, TM>();
+}
+
+Entry entry_of(const Config &c) {
+  if (c.tm == 16) return c.bf16 ? entry<true, 16>(c) : entry<false, 16>(c);
+  return c.bf16 ? entry<true, 64>(c) : entry<false, 64>(c);
+}
+
+/* CTAs of the configuration an SM of this device holds at once (registers
+ * and shared memory: an sm_86 / sm_89 holds fewer than an A100 or H100),
+ * asked once per device and configuration; 1 where the runtime cannot say. */
+int ctas_per_sm(const Config &c) {
+  static int cache[64][32] = {};
+  const DeviceInfo &dev = device_info();
+  if (dev.id < 0 || dev.id >= 64) return 1;
+  const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0);
+  int &n = cache[dev.id][key];
+  if (!n) {
+    const Entry k = entry_of(c);
+    int got = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, k.fn, THREADS, k.smem) != cudaSuccess || got < 1) {
+      cudaGetLastError(); /* not this call's error to report */
+      got = 1;
+    }
+    n = got;
+  }
+  return n;
 }
 
 /* problems[0, count) share a_type. Rules of thumb, not measured yet:
@@ -604,9 +654,10 @@ int min_ctas(const Config &c) {
  *   a ring twice as deep;
  * - gemm: 64-column tiles (MW = 1) where the 128-column ones would not give
  *   every SM two CTAs (fast path only);
- * - where the tiles still do not fill the SMs' CTA slots (`workspace`: the
- *   caller gives scratch), the CTAs of a tile share its K, each at least 8
- *   steps of 64: a small M streams its weights through every SM. */
+ * - where the tiles still do not fill the SMs' CTA slots (ctas_per_sm;
+ *   `workspace`: the caller gives scratch), the CTAs of a tile share its K,
+ *   each at least 8 steps of 64: a small M streams its weights through every
+ *   SM. */
 Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
   Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, 2, 16, 1};
   int64_t min_steps = INT64_MAX;
@@ -618,7 +669,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
   }
   const int sms = device_info().sms;
   if (!c.dual && c.fast && count_tiles(problems, count, c.tm, 128) < 2 * (int64_t)sms) c.mw = 1;
-  const int64_t tiles = count_tiles(problems, count, c.tm, tile_n(c)), slots = (int64_t)min_ctas(c) * sms;
+  const int64_t tiles = count_tiles(problems, count, c.tm, tile_n(c)), slots = (int64_t)ctas_per_sm(c) * sms;
   if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
     c.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots / tiles, min_steps / 8}));
   return c;
@@ -630,31 +681,18 @@ size_t partial_bytes(const Config &c, int64_t tiles) {
   return (size_t)tiles * c.split * acc * sizeof(float);
 }
 
-template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
-cudaError_t launch(const MatmulTable &t, unsigned ctas, const Split &sp, cudaStream_t stream) {
-  auto kernel = w4a16_kernel<DUAL, BF16, FAST, MW, TM>;
-  constexpr int smem = Shape<DUAL, MW, TM>::SMEM;
-  static_assert(smem <= 48 * 1024, "no opt-in: every sm_80+ device gives a CTA 48 KB");
-  const DeviceInfo &dev = device_info();
+cudaError_t launch(const Config &c, const MatmulTable &t, unsigned ctas, const Split &sp, cudaStream_t stream) {
+  const Entry k = entry_of(c);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(ctas);
   cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = k.smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr = pdl_attribute();
   cfg.attrs = &attr;
-  cfg.numAttrs = dev.sm90_code ? 1 : 0; /* its pdl_wait exists */
-  return cudaLaunchKernelEx(&cfg, kernel, t, sp);
-}
-
-template <bool BF16, int TM>
-cudaError_t launch(const Config &c, const MatmulTable &t, unsigned ctas, const Split &sp, cudaStream_t stream) {
-  if (c.dual)
-    return c.fast ? launch<true, BF16, true, 2, TM>(t, ctas, sp, stream)
-                  : launch<true, BF16, false, 2, TM>(t, ctas, sp, stream);
-  if (!c.fast) return launch<false, BF16, false, 2, TM>(t, ctas, sp, stream);
-  return c.mw == 1 ? launch<false, BF16, true, 1, TM>(t, ctas, sp, stream)
-                   : launch<false, BF16, true, 2, TM>(t, ctas, sp, stream);
+  cfg.numAttrs = device_info().sm90_code ? 1 : 0; /* its pdl_wait exists */
+  void *args[] = {const_cast<MatmulTable *>(&t), const_cast<Split *>(&sp)};
+  return cudaLaunchKernelExC(&cfg, k.fn, args);
 }
 
 /* One launch of problems[0, count), count <= NVFP4_LAUNCH_GROUPS, one a_type. */
@@ -681,10 +719,7 @@ cudaError_t launch_group(const nvfp4_matmul *problems, int count, nvfp4_workspac
     }
   }
   if (tiles * c.split > INT32_MAX) return cudaErrorInvalidConfiguration;
-  const unsigned ctas = (unsigned)(tiles * c.split);
-  if (c.tm == 16)
-    return c.bf16 ? launch<true, 16>(c, t, ctas, sp, stream) : launch<false, 16>(c, t, ctas, sp, stream);
-  return c.bf16 ? launch<true, 64>(c, t, ctas, sp, stream) : launch<false, 64>(c, t, ctas, sp, stream);
+  return launch(c, t, (unsigned)(tiles * c.split), sp, stream);
 }
 
 /* problems of one a_type, in their order, at most NVFP4_LAUNCH_GROUPS of them:
