@@ -38,7 +38,7 @@ from typing import Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import ops
+from . import layouts, ops, reference
 
 MODES = ("w4a4", "w4a16")
 _AMAX_TO_SCALE = 6.0 * 448.0  # e2m1's largest value times e4m3's: the divisor's denominator
@@ -446,6 +446,8 @@ class NVFP4MoE(torch.nn.Module):
             self.register_buffer("w2_input_scale", torch.ones(e, **f32))
         self.register_buffer("e_score_correction_bias", torch.zeros(e, **f32) if correction_bias else None)
         self.register_buffer("_experts", torch.arange(e, dtype=torch.int32, device=device), persistent=False)
+        self.register_buffer("_e2m1", torch.tensor(reference.E2M1_VALUES, dtype=torch.float32, device=device),
+                             persistent=False)  # code -> value, on the device: no copy in forward
         self.update_derived_scales()
 
     _set_derived = NVFP4Linear._set_derived
@@ -470,7 +472,7 @@ class NVFP4MoE(torch.nn.Module):
     def _apply(self, fn, recurse=True):
         fixed = ("w13_weight_scale", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale",
                  "w2_input_scale", "e_score_correction_bias", "_w13_input_global", "_w2_input_global", "_alpha1",
-                 "_alpha3", "_alpha2", "_experts")
+                 "_alpha3", "_alpha2", "_experts", "_e2m1")
         keep = {k: self._buffers[k] for k in fixed if self._buffers.get(k) is not None}
         super()._apply(fn, recurse)
         for k, old in keep.items():
@@ -504,13 +506,13 @@ class NVFP4MoE(torch.nn.Module):
 
     def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor):
         """w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact values
-        (e2m1 x e4m3 fits x's dtype); w4a16: the rows."""
+        (e2m1 x e4m3 has at most 6 significant bits: exact in float32, bf16 and fp16); w4a16: the rows.
+        Device ops only (a CUDA graph captures them)."""
         if self.mode == "w4a16":
             return x
-        from . import reference
-
         codes, sf = ops.quantize(x.float() * global_scale[expert_of_row][:, None])  # = quantize(x, g): fp32(x g)
-        return reference.dequantize(codes, sf).to(x.dtype)
+        vals = self._e2m1[layouts.unpack_fp4(codes).long()]
+        return (vals * sf.float().repeat_interleave(_BLOCK, -1)).to(x.dtype)
 
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dtype not in _ACT_DTYPES or x.dim() != 2 \
