@@ -545,28 +545,59 @@ class NVFP4MoE(torch.nn.Module):
     # ---- conversion ----------------------------------------------------------------------------
     @classmethod
     @torch.no_grad()
+    def from_linears(cls, gate, up, down, top_k: int, **routing) -> "NVFP4MoE":
+        """Stack per-expert NVFP4Linear layers (as a ModelOpt checkpoint's experts.{e}.gate_proj,
+        up_proj, down_proj load; lists in expert order, no bias, one mode) into an NVFP4MoE, tensor
+        for tensor. W4A4 needs gate's and up's input_scale equal per expert (one quantization of the
+        input feeds both, as ModelOpt exports them). ``routing``: the constructor's arguments."""
+        layers = [*gate, *up, *down]
+        if not gate or not len(gate) == len(up) == len(down):
+            raise ValueError(f"NVFP4MoE.from_linears: gate, up and down need one layer per expert, got {len(gate)}, "
+                             f"{len(up)} and {len(down)}")
+        if any(type(m) is not NVFP4Linear or m.bias is not None for m in layers):
+            raise TypeError("NVFP4MoE.from_linears: the experts must be NVFP4Linear layers (ModelOpt's) without bias")
+        modes = {m.mode for m in layers}
+        if len(modes) != 1:
+            raise ValueError(f"NVFP4MoE.from_linears: the experts mix modes {sorted(modes)}")
+        mode = modes.pop()
+        h, i = gate[0].in_features, gate[0].out_features
+        for e, (g, u, d) in enumerate(zip(gate, up, down)):
+            if (g.in_features, g.out_features, u.in_features, u.out_features, d.in_features, d.out_features) != \
+                    (h, i, h, i, i, h):
+                raise ValueError(f"NVFP4MoE.from_linears: expert {e}'s shapes differ from expert 0's (gate / up "
+                                 f"[{i}, {h}], down [{h}, {i}])")
+            if mode == "w4a4" and not torch.equal(g.input_scale, u.input_scale):
+                raise ValueError(f"NVFP4MoE.from_linears: expert {e}'s gate and up have input_scale "
+                                 f"{g.input_scale.item()} and {u.input_scale.item()}; one quantized input feeds both")
+        moe = cls(len(gate), h, i, top_k, mode=mode, device=gate[0].weight.device, **routing)
+        for e, (g, u, d) in enumerate(zip(gate, up, down)):
+            moe.w13_weight[e] = torch.cat([g.weight, u.weight])
+            moe.w13_weight_scale[e] = torch.cat([g.weight_scale, u.weight_scale])
+            moe.w13_weight_scale_2[e] = torch.stack([g.weight_scale_2, u.weight_scale_2])
+            moe.w2_weight[e], moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight, d.weight_scale, \
+                d.weight_scale_2
+            if mode == "w4a4":
+                moe.w13_input_scale[e], moe.w2_input_scale[e] = g.input_scale, d.input_scale
+        moe.update_derived_scales()
+        return moe
+
+    @classmethod
+    @torch.no_grad()
     def from_experts(cls, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, top_k: int, *,
                      mode: str = "w4a4", input_scales: Optional[tuple] = None, **routing) -> "NVFP4MoE":
         """Quantize float experts as ModelOpt does (each projection as NVFP4Linear.from_linear):
         gate, up [E, I, H], down [E, H, I]. w4a4 takes input_scales = (w13 [E], w2 [E]) (amax(|x|) /
         (6 * 448) of each expert's inputs). ``routing``: the constructor's routing arguments."""
-        e, i, h = gate.shape
-        moe = cls(e, h, i, top_k, mode=mode, device=gate.device, **routing)
         if (mode == "w4a4") != (input_scales is not None):
             raise ValueError("NVFP4MoE.from_experts: w4a4 needs input_scales=(w13 [E], w2 [E]); w4a16 takes none")
-        def quantized(w):  # [out, in] -> (codes, scales, weight_scale_2) of a ModelOpt NVFP4Linear
+
+        def layer(w, e, which):  # [out, in] -> a ModelOpt NVFP4Linear
             lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
             lin.weight.copy_(w)
-            q = NVFP4Linear.from_linear(lin, mode="w4a16")
-            return q.weight, q.weight_scale, q.weight_scale_2
+            return NVFP4Linear.from_linear(lin, mode=mode, input_scale=None if input_scales is None else
+                                           input_scales[which][e])
 
-        for ex in range(e):
-            for j, w in enumerate((gate[ex], up[ex])):
-                rows = slice(j * i, (j + 1) * i)
-                moe.w13_weight[ex, rows], moe.w13_weight_scale[ex, rows], moe.w13_weight_scale_2[ex, j] = quantized(w)
-            moe.w2_weight[ex], moe.w2_weight_scale[ex], moe.w2_weight_scale_2[ex] = quantized(down[ex])
-        if mode == "w4a4":
-            moe.w13_input_scale.copy_(torch.as_tensor(input_scales[0], dtype=torch.float32))
-            moe.w2_input_scale.copy_(torch.as_tensor(input_scales[1], dtype=torch.float32))
-        moe.update_derived_scales()
-        return moe
+        e_count = gate.shape[0]
+        return cls.from_linears([layer(gate[e], e, 0) for e in range(e_count)],
+                                [layer(up[e], e, 0) for e in range(e_count)],
+                                [layer(down[e], e, 1) for e in range(e_count)], top_k, **routing)

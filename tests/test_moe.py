@@ -139,3 +139,51 @@ def test_rows_quantized_as_the_linear_layer(device, gen):
         a = nk.quantize(x.float() * torch.tensor(g, device=device).float())
         b = nk.quantize(x, global_scale=torch.tensor(g, dtype=torch.float32, device=device))
         assert torch.equal(a[0], b[0]) and torch.equal(a[1].view(torch.uint8), b[1].view(torch.uint8))
+
+
+def test_modelopt_checkpoint_experts(tmp_path, gen):
+    """A Qwen3-MoE quantized and saved as ModelOpt does (routers left in bf16, each expert's
+    gate_proj / up_proj / down_proj an NVFP4 layer, gate and up sharing their scales) loads; its
+    experts stacked by NVFP4MoE.from_linears hold them tensor for tensor and compute the block as
+    the per-token loop does. transformers' own loop over the loaded experts rounds silu(g) * u,
+    the routing weights and the sums to bf16, so a W4A4 input code flips here and there: the two
+    agree to a few percent of the largest output (a swapped or misrouted expert: ~100%)."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers")
+    from nvfp4_kernels.models import load_checkpoint, quantize_model, save_modelopt
+    from nvfp4_kernels.nn import NVFP4Linear
+
+    cfg = transformers.Qwen3MoeConfig(hidden_size=H, intermediate_size=128, moe_intermediate_size=I,
+                                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      vocab_size=256, num_experts=E, num_experts_per_tok=2, norm_topk_prob=True,
+                                      architectures=["Qwen3MoeForCausalLM"])
+    torch.manual_seed(int(torch.randint(0, 2**31, (), generator=gen)))
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    if not isinstance(model.model.layers[0].mlp.experts, torch.nn.ModuleList):
+        pytest.skip("this transformers keeps the experts fused (3-D parameters), not as nn.Linear layers")
+    quantize_model(model, mode="w4a4", calibration=[torch.randint(0, 256, (4, 32), generator=gen) for _ in range(2)])
+    assert type(model.model.layers[0].mlp.gate) is torch.nn.Linear, "the router is ModelOpt's default exclusion"
+    save_modelopt(model, tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    load_checkpoint(loaded, tmp_path)
+    mlp = loaded.model.layers[0].mlp
+    experts = list(mlp.experts)
+    assert all(type(ex.gate_proj) is NVFP4Linear for ex in experts)
+    moe = NVFP4MoE.from_linears([ex.gate_proj for ex in experts], [ex.up_proj for ex in experts],
+                                [ex.down_proj for ex in experts], cfg.num_experts_per_tok, norm_topk_prob=True)
+    for e, ex in enumerate(experts):
+        assert torch.equal(moe.w13_weight[e], torch.cat([ex.gate_proj.weight, ex.up_proj.weight]))
+        assert torch.equal(moe.w2_weight_scale[e].view(torch.uint8), ex.down_proj.weight_scale.view(torch.uint8))
+        assert torch.equal(moe.w13_input_scale[e], ex.up_proj.input_scale)
+    x = (torch.randn(20, H, generator=gen) * 3).bfloat16()
+    with torch.no_grad():
+        logits = mlp.gate(x)
+        got = moe(x, logits)
+        assert torch.equal(got, per_token(moe, x, logits))
+        theirs = mlp(x[None])
+        theirs = (theirs[0] if isinstance(theirs, tuple) else theirs)[0]
+    err = (got.float() - theirs.float()).abs().max() / theirs.float().abs().max()
+    assert err < 0.15, float(err)
+    bad = NVFP4Linear(H, I, bias=False)
+    bad.input_scale.fill_(2.0)
+    with pytest.raises(ValueError, match=r"expert 0's gate and up have input_scale 2.0 and 1.0"):
+        NVFP4MoE.from_linears([bad], [NVFP4Linear(H, I, bias=False)], [NVFP4Linear(I, H, bias=False)], 1)

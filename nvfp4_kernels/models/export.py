@@ -103,11 +103,17 @@ class _Calibrator:
             h.remove()
 
 
-def quantize_model(model: torch.nn.Module, *, mode: str = "w4a4", exclude: Sequence[str] = ("lm_head",),
+# ModelOpt's default exclusions of a linear layer: the output head and mixture-of-experts routers
+DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "*.mlp.gate", "*.block_sparse_moe.gate", "*router*",
+                   "*.mlp.shared_expert_gate")
+
+
+def quantize_model(model: torch.nn.Module, *, mode: str = "w4a4", exclude: Sequence[str] = DEFAULT_EXCLUDE,
                    calibration: Optional[Iterable] = None, fuse_shared_inputs: bool = True) -> torch.nn.Module:
     """Replace the model's nn.Linear layers by NVFP4Linear (ModelOpt's quantization), in place.
 
-    exclude: shell-style patterns of module names left as they are ("lm_head", "*.mlp.gate").
+    exclude: shell-style patterns of module names left as they are (default: ModelOpt's, the
+    output head and MoE routers).
     calibration (needed for w4a4): an iterable of batches, each passed to the model as
     ``model(**batch)`` (dict), ``model(*batch)`` (tuple / list) or ``model(batch)``; each layer's
     input_scale comes from the largest |x| it sees (for w4a16 the batches only show which layers
