@@ -187,3 +187,45 @@ def test_modelopt_checkpoint_experts(tmp_path, gen):
     bad.input_scale.fill_(2.0)
     with pytest.raises(ValueError, match=r"expert 0's gate and up have input_scale 2.0 and 1.0"):
         NVFP4MoE.from_linears([bad], [NVFP4Linear(H, I, bias=False)], [NVFP4Linear(I, H, bias=False)], 1)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])
+def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
+    """hf.from_pretrained of a quantized Qwen3-MoE / Mixtral checkpoint stacks each sparse MoE
+    block's NVFP4 experts into one NVFP4MoEBlock: the same router, the block's routing, the per-token
+    arithmetic bit for bit, the model's logits within the bf16 roundings of transformers' own loop
+    (see test_modelopt_checkpoint_experts), and generate runs."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers")
+    pytest.importorskip("safetensors", reason="needs safetensors")
+    from nvfp4_kernels.models import NVFP4MoEBlock, hf, load_checkpoint, quantize_model, save_modelopt
+
+    common = dict(hidden_size=H, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  vocab_size=256, num_experts_per_tok=2)
+    if arch == "qwen3_moe":
+        cfg = transformers.Qwen3MoeConfig(intermediate_size=128, moe_intermediate_size=I, num_experts=E,
+                                          norm_topk_prob=False, architectures=["Qwen3MoeForCausalLM"], **common)
+        block_name = "model.layers.0.mlp"
+    else:
+        cfg = transformers.MixtralConfig(intermediate_size=I, num_local_experts=E, architectures=["MixtralForCausalLM"],
+                                         **common)
+        block_name = "model.layers.0.block_sparse_moe"
+    torch.manual_seed(int(torch.randint(0, 2**31, (), generator=gen)))
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    if not isinstance(getattr(dict(model.named_modules()).get(block_name), "experts", None), torch.nn.ModuleList):
+        pytest.skip("this transformers keeps the experts fused (3-D parameters), not as nn.Linear layers")
+    quantize_model(model, mode="w4a4", calibration=[torch.randint(0, 256, (4, 32), generator=gen) for _ in range(2)])
+    save_modelopt(model, tmp_path)
+    fast, report = hf.from_pretrained(tmp_path, return_report=True)
+    assert report.moe_blocks == [block_name]
+    block = fast.get_submodule(block_name)
+    assert type(block) is NVFP4MoEBlock and block.experts.norm_topk_prob == (arch == "mixtral")
+    looped = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    load_checkpoint(looped, tmp_path)
+    x = (torch.randn(2, 7, H, generator=gen) * 3).bfloat16()
+    ids = torch.randint(0, 256, (2, 9), generator=gen)
+    with torch.no_grad():
+        out, logits = block(x)
+        assert torch.equal(out.reshape(-1, H), per_token(block.experts, x.reshape(-1, H), logits))
+        a, b = fast(ids).logits.float(), looped(ids).logits.float()
+        assert (a - b).abs().max() / b.abs().max() < 0.15
+        assert fast.generate(ids[:1], max_new_tokens=4, do_sample=False, pad_token_id=0).shape == (1, 13)

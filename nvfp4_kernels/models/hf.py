@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from .loading import LoadReport, load_checkpoint
+from .moe import swap_moe_blocks
 
 
 def _transformers():
@@ -54,8 +55,9 @@ def from_pretrained(path, *, mode: Optional[str] = None, dtype: torch.dtype = to
     """The transformers causal LM of the local NVFP4 checkpoint directory ``path``, in eval mode.
 
     mode, dtype, fused: as load_checkpoint takes them (mode None: W4A4 where the checkpoint has
-    input scales, W4A16 where not). device: where the whole model goes. With return_report, returns
-    (model, LoadReport).
+    input scales, W4A16 where not). device: where the whole model goes. Sparse MoE blocks whose
+    experts loaded as NVFP4 layers become one NVFP4MoE each (``moe.swap_moe_blocks``; their names
+    in the report's moe_blocks). With return_report, returns (model, LoadReport).
     """
     tf = _transformers()
     path = os.fspath(path)
@@ -67,6 +69,7 @@ def from_pretrained(path, *, mode: Optional[str] = None, dtype: torch.dtype = to
     with _parameters_on_meta():
         model = tf.AutoModelForCausalLM.from_config(config, **{dtype_kw: dtype})
     report = load_checkpoint(model, path, mode=mode, dtype=dtype, device=device, fused=fused)
+    report.moe_blocks = swap_moe_blocks(model)
     model.to(device)  # the buffers built above (the layers' tensors are there already)
     if os.path.exists(os.path.join(path, "generation_config.json")):
         model.generation_config = tf.GenerationConfig.from_pretrained(path, local_files_only=True)

@@ -27,7 +27,8 @@ Where the slices share their per-tensor scales (ModelOpt's and llm-compressor's 
 share) that is one NVFP4 layer, exactly equal to the slices; where they differ, an
 ``NVFP4SplitLinear`` (one gemm per slice, still exact).
 
-MoE: experts that are nn.Linear modules (``mlp.experts.{e}.gate_proj``) load like any layer.
+MoE: experts that are nn.Linear modules (``mlp.experts.{e}.gate_proj``) load like any layer
+(``moe.swap_moe_blocks`` then stacks a block's experts into one NVFP4MoE).
 Fused expert tensors (3-D, or per-expert tensors whose model counterpart is not an nn.Linear)
 raise NotImplementedError. KV-cache scales (``k_scale``, ``v_scale``) of a checkpoint that
 declares KV-cache quantization are skipped: the cache stays in the model's dtype.
@@ -77,6 +78,7 @@ class LoadReport:
     slices: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
     plain: List[str] = field(default_factory=list)
     skipped: List[str] = field(default_factory=list)
+    moe_blocks: List[str] = field(default_factory=list)  # hf.from_pretrained: blocks swapped for NVFP4MoE
 
 
 # ---- the checkpoint's tensors ------------------------------------------------------------------
