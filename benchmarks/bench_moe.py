@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import nvfp4_kernels as nk
-from nvfp4_kernels.nn import NVFP4MoE
+from nvfp4_kernels.nn import NVFP4MoE, sort_by_expert
 
 from .common import graph_time, measure_ceilings, pyplot
 
@@ -67,16 +67,13 @@ def random_moe(h, i, e, k, mode, gen):
 
 
 def grouping(logits, k):
-    """(weights, order, token of each sorted pair, offs) as NVFP4MoE groups them."""
+    """(weights, order, token of each sorted pair, offs) as NVFP4MoE routes (softmax, renormalised)
+    and groups them (nn.sort_by_expert)."""
     p = logits.float().softmax(-1)
     w, ids = p.topk(k, -1)
-    w = w / w.sum(-1, keepdim=True)
-    flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    e = logits.shape[1]
-    offs = torch.searchsorted(flat[order].to(torch.int32), torch.arange(e, device=logits.device, dtype=torch.int32),
-                              right=True, out_int32=True)
-    return w, order, order // k, offs
+    experts = torch.arange(logits.shape[1], device=logits.device, dtype=torch.int32)
+    order, _, offs = sort_by_expert(ids, experts)
+    return w / w.sum(-1, keepdim=True), order, order // k, offs
 
 
 def bf16_block(x, logits, w13, w2, k, loop_sizes=None):

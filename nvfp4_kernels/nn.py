@@ -38,7 +38,7 @@ from typing import Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import layouts, ops, reference
+from . import ops, reference
 
 MODES = ("w4a4", "w4a16")
 _AMAX_TO_SCALE = 6.0 * 448.0  # e2m1's largest value times e4m3's: the divisor's denominator
@@ -377,6 +377,17 @@ class RowParallelNVFP4Linear(NVFP4Linear):
 ROUTINGS = ("softmax", "sigmoid")
 
 
+def sort_by_expert(ids: torch.Tensor, experts: torch.Tensor):
+    """The token-expert pairs of ids [T, top_k] sorted by expert (stable: token order within one):
+    (order: pair index of each sorted row, expert_of_row, offs: int32 [E] cumulative row ends, as
+    grouped_mm takes them). experts: int32 arange(E) on ids' device. Device ops only, no sync."""
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    expert_of_row = flat[order]
+    offs = torch.searchsorted(expert_of_row.to(torch.int32), experts, right=True, out_int32=True)
+    return order, expert_of_row, offs
+
+
 class NVFP4MoE(torch.nn.Module):
     """The experts of a mixture-of-experts block, NVFP4, as ModelOpt quantizes them (each expert's
     gate_proj, up_proj and down_proj an NVFP4Linear without bias), stacked per expert:
@@ -446,8 +457,6 @@ class NVFP4MoE(torch.nn.Module):
             self.register_buffer("w2_input_scale", torch.ones(e, **f32))
         self.register_buffer("e_score_correction_bias", torch.zeros(e, **f32) if correction_bias else None)
         self.register_buffer("_experts", torch.arange(e, dtype=torch.int32, device=device), persistent=False)
-        self.register_buffer("_e2m1", torch.tensor(reference.E2M1_VALUES, dtype=torch.float32, device=device),
-                             persistent=False)  # code -> value, on the device: no copy in forward
         self.update_derived_scales()
 
     _set_derived = NVFP4Linear._set_derived
@@ -472,7 +481,7 @@ class NVFP4MoE(torch.nn.Module):
     def _apply(self, fn, recurse=True):
         fixed = ("w13_weight_scale", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale",
                  "w2_input_scale", "e_score_correction_bias", "_w13_input_global", "_w2_input_global", "_alpha1",
-                 "_alpha3", "_alpha2", "_experts", "_e2m1")
+                 "_alpha3", "_alpha2", "_experts")
         keep = {k: self._buffers[k] for k in fixed if self._buffers.get(k) is not None}
         super()._apply(fn, recurse)
         for k, old in keep.items():
@@ -506,13 +515,12 @@ class NVFP4MoE(torch.nn.Module):
 
     def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor):
         """w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact values
-        (e2m1 x e4m3 has at most 6 significant bits: exact in float32, bf16 and fp16); w4a16: the rows.
-        Device ops only (a CUDA graph captures them)."""
+        in x's dtype (reference.dequantize); w4a16: the rows. Device ops only (a CUDA graph captures
+        them)."""
         if self.mode == "w4a16":
             return x
         codes, sf = ops.quantize(x.float() * global_scale[expert_of_row][:, None])  # = quantize(x, g): fp32(x g)
-        vals = self._e2m1[layouts.unpack_fp4(codes).long()]
-        return (vals * sf.float().repeat_interleave(_BLOCK, -1)).to(x.dtype)
+        return reference.dequantize(codes, sf, x.dtype)
 
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dtype not in _ACT_DTYPES or x.dim() != 2 \
@@ -524,11 +532,8 @@ class NVFP4MoE(torch.nn.Module):
                              f"got {tuple(getattr(router_logits, 'shape', ()))}")
         t, k = x.shape[0], self.top_k
         weights, ids = self.route(router_logits)
-        flat = ids.reshape(-1)
-        order = torch.argsort(flat, stable=True)  # the token-expert pairs by expert
-        expert_of_row = flat[order]
+        order, expert_of_row, offs = sort_by_expert(ids, self._experts)
         token_of_row = order // k
-        offs = torch.searchsorted(expert_of_row.to(torch.int32), self._experts, right=True, out_int32=True)
         w4a4 = self.mode == "w4a4"
         rows = self._rows(x.contiguous()[token_of_row], self._w13_input_global if w4a4 else None, expert_of_row)
         h = ops.grouped_mm(rows, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,

@@ -33,15 +33,19 @@ E4M3_MAX = 448.0
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
-def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
-    """uint8 codes (0..15) -> float64 values."""
-    table = torch.tensor(E2M1_VALUES, dtype=torch.float64, device=codes.device)
-    return table[codes.long()]
+def decode_e2m1(codes: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """uint8 codes (0..15) -> their values (E2M1_VALUES) in dtype: magnitude code m = 2e + f is f / 2
+    for e = 0, else (2 + f) 2^(e - 2); bit 3 the sign (code 8 is -0.0). Device ops only (no table
+    copied to the device: a CUDA graph captures it)."""
+    c = codes.to(torch.int32)
+    e, f = (c >> 1) & 3, (c & 1).to(dtype)
+    mag = torch.where(e == 0, f * 0.5, (f + 2) * torch.exp2((e - 2).to(dtype)))
+    return torch.where((c & 8) != 0, -mag, mag)
 
 
-def decode_e4m3(sf: torch.Tensor) -> torch.Tensor:
-    """e4m3 bytes -> float64 (torch's own float8_e4m3fn conversion: subnormals, NaN)."""
-    return as_bytes(sf).view(torch.float8_e4m3fn).to(torch.float64)
+def decode_e4m3(sf: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """e4m3 bytes -> dtype (torch's own float8_e4m3fn conversion: subnormals, NaN)."""
+    return as_bytes(sf).view(torch.float8_e4m3fn).to(dtype)
 
 
 def linear_scales(sf: torch.Tensor, rows: int, k: int) -> torch.Tensor:
@@ -52,11 +56,12 @@ def linear_scales(sf: torch.Tensor, rows: int, k: int) -> torch.Tensor:
     return sf
 
 
-def dequantize(data: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
-    """fp4 data [..., R, K/2] + scales (either layout) -> float64 [..., R, K]."""
+def dequantize(data: torch.Tensor, sf: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """fp4 data [..., R, K/2] + scales (either layout) -> [..., R, K] in dtype: exact in float64,
+    float32, bfloat16 and float16 (e2m1 x e4m3 has at most 6 significant bits, 2^-10 .. 2688)."""
     rows, k = data.shape[-2], 2 * data.shape[-1]
-    vals = decode_e2m1(unpack_fp4(data))  # [..., R, K]
-    scales = decode_e4m3(linear_scales(sf, rows, k))  # [..., R, K/16]
+    vals = decode_e2m1(unpack_fp4(data), dtype)  # [..., R, K]
+    scales = decode_e4m3(linear_scales(sf, rows, k), dtype)  # [..., R, K/16]
     return vals * scales.repeat_interleave(BLOCK, dim=-1)
 
 

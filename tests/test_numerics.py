@@ -87,3 +87,18 @@ def test_fp16_rounding_of_results(device, exp):
     mm, mv = _run(device, a, sfa, b, sfb, alpha=alpha)
     _bits_equal(mm[:, 1], want, f"gemm fp16 rounding alpha=2^{exp} on {device}")
     _bits_equal(mv, want, f"gemv fp16 rounding alpha=2^{exp} on {device}")
+
+
+def test_reference_decodes_in_every_dtype(gen):
+    """reference.decode_e2m1 gives E2M1_VALUES (signed zero too) in each dtype, and dequantize is
+    exact in float32, bfloat16 and float16 (what the W4A4 MoE rows are multiplied as)."""
+    codes = torch.arange(16, dtype=torch.uint8)
+    table = torch.tensor(reference.E2M1_VALUES, dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
+        v = reference.decode_e2m1(codes, dtype).double()
+        assert torch.equal(v, table) and torch.equal(torch.signbit(v), torch.signbit(table)), dtype
+    data = torch.randint(0, 256, (5, 32), generator=gen, dtype=torch.uint8)
+    sf = torch.randint(0, 0x7F, (5, 4), generator=gen, dtype=torch.uint8)  # every finite e4m3, subnormals too
+    exact = reference.dequantize(data, sf)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert torch.equal(reference.dequantize(data, sf, dtype).double(), exact), dtype
