@@ -119,15 +119,17 @@ def run(models, tokens, routings, modes, json_path=None, png_path=None):
                        for _ in range(copies)]
                 w2 = [torch.empty(e, h, i, device="cuda", dtype=torch.bfloat16).normal_(0, 0.02, generator=gen)
                       for _ in range(copies)]
-                t_grouped = graph_time(replays=10, calls=[lambda a=a, b=b: bf16_block(x, logits, a, b, k) for a, b in zip(w13, w2)])
-                t_loop = graph_time(replays=10, calls=[lambda a=a, b=b: bf16_block(x, logits, a, b, k, sizes) for a, b in zip(w13, w2)])
-                del w13, w2
+                pairs = list(zip(w13, w2))
+                t_grouped = graph_time([lambda a=a, b=b: bf16_block(x, logits, a, b, k) for a, b in pairs], replays=10)
+                t_loop = graph_time([lambda a=a, b=b: bf16_block(x, logits, a, b, k, sizes) for a, b in pairs],
+                                    replays=10)
+                del w13, w2, pairs
                 torch.cuda.empty_cache()
                 nbytes = active * expert_bytes(h, i, "w4a16")
                 sol = ceil.sol_seconds(nbytes, 2 * t * k * 3 * h * i)
                 for mode in modes:
                     moes = [random_moe(h, i, e, k, mode, gen) for _ in range(copies)]
-                    t_ours = graph_time(replays=10, calls=[lambda m=m: m(x, logits) for m in moes])
+                    t_ours = graph_time([lambda m=m: m(x, logits) for m in moes], replays=10)
                     del moes
                     torch.cuda.empty_cache()
                     row = dict(model=model, routing=routing, t=t, mode=mode, active=active, us=t_ours * 1e6,

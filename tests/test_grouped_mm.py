@@ -73,7 +73,8 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
     alphas2 = (torch.rand(e, generator=gen) * 2).to(device) if gated else None
     out = poisoned((t, n), device).to(dtype)
     nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, alphas2=alphas2, gated=gated, out=out)
-    want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, alphas2, gated, out=out.new_full(out.shape, float("nan")))
+    want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, alphas2, gated,
+                                out=out.new_full(out.shape, float("nan")))
     rows = int(offs[-1])
     assert torch.isnan(out[rows:].float()).all(), "rows past the last expert were written"
     assert_matches(out[:rows], want[:rows], f"grouped_mm {case}", slack=slack(x, w.data, w.sf, offs, alphas, alphas2,
