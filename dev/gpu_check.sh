@@ -55,25 +55,39 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   san_line=""
   # each tool as the planner picks, then with kernels forced (NVFP4_FORCE_KERNEL): every
   # 128-row wgmma launch pre-decoded, the mma.sync kernel everywhere in 64 x 64 tiles.
-  # All runs at once (one CPU each; one after another they outlast a 10-minute call).
-  runs=()
-  for tool in memcheck racecheck; do
-    for force in ${SANITIZE_FORCES:-auto wgmma:predecode mma:wk4}; do
-      log="$OUT/sanitize_${tool}_${force//:/_}.log"
-      runs+=("$tool $force $log")
-      ( if [ "$force" != auto ]; then export NVFP4_FORCE_KERNEL=$force; fi
-        timeout ${SANITIZE_TIMEOUT:-500} compute-sanitizer --tool $tool --error-exitcode 3 python3 dev/sanitize_cases.py >"$log" 2>&1
-        echo $? >"$log.rc" ) &
-    done
+  # memcheck runs all parts in one process; racecheck, ten times slower, one process per part
+  # (dev/sanitize_cases.py PART), all at once over the cores.
+  mapfile -t plist < <(PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} python3 dev/sanitize_cases.py --list)
+  jobs="$OUT/sanitize_jobs.txt"; : >"$jobs"
+  for force in ${SANITIZE_FORCES:-auto wgmma:predecode mma:wk4}; do
+    echo "memcheck|$force|" >>"$jobs"
+    for part in "${plist[@]}"; do echo "racecheck|$force|$part" >>"$jobs"; done
   done
-  wait
-  for r in "${runs[@]}"; do
-    read -r tool force log <<<"$r"
-    rc=$(cat "$log.rc")
-    tail -2 "$log"
-    san_line="$san_line $tool ($force): $([ "$rc" = 0 ] && echo clean || { [ "$rc" = 124 ] && echo "timed out at $(grep '^case' "$log" | tail -1)" || echo "rc=$rc"; })"
-    [ "$rc" = 0 ] || status=1
-  done
+  san_one() {  # tool|force|part: one sanitizer run, its log and exit code under $OUT
+    IFS='|' read -r tool force part <<<"$1"
+    local log="$OUT/sanitize_${tool}_${force//:/_}_${part//[ ,.]/_}.log"
+    ( if [ "$force" != auto ]; then export NVFP4_FORCE_KERNEL=$force; fi
+      # its own process group, so that a timeout takes the sanitized python with it
+      setsid timeout -s KILL ${SANITIZE_TIMEOUT:-500} compute-sanitizer --tool "$tool" --error-exitcode 3 \
+        python3 dev/sanitize_cases.py ${part:+"$part"} >"$log" 2>&1
+      echo $? >"$log.rc" )
+  }
+  export -f san_one; export OUT SANITIZE_TIMEOUT
+  tr '\n' '\0' <"$jobs" | xargs -0 -P "$(nproc)" -I{} bash -c 'san_one "$1"' _ {}
+  pkill -9 -f "python3 dev/sanitize_cases.py" 2>/dev/null || true  # whatever a killed sanitizer left running
+  while IFS='|' read -r tool force part; do
+    log="$OUT/sanitize_${tool}_${force//:/_}_${part//[ ,.]/_}.log"
+    rc=$(cat "$log.rc" 2>/dev/null || echo missing)
+    case $rc in
+      0) r=clean ;;
+      137|124) r="timed out at $(grep '^case' "$log" | tail -1)"; status=1 ;;
+      *) r="rc=$rc: $(grep -m1 -E 'ERROR SUMMARY|Error|wrong' "$log")"; status=1 ;;
+    esac
+    echo "sanitizer: $tool ($force${part:+, $part}): $r"
+    [ "$rc" = 0 ] || san_line="$san_line $tool ($force${part:+, $part}): $r;"
+  done <"$jobs"
+  n_jobs=$(wc -l <"$jobs")
+  [ -n "$san_line" ] || san_line="clean ($n_jobs runs: memcheck per forced kernel, racecheck per part)"
 fi
 
 if [ "${BENCH:-1}" = 1 ]; then

@@ -1,7 +1,15 @@
 """Every CUDA kernel once on small odd shapes, for compute-sanitizer
 (dev/gpu_check.sh runs this under memcheck and racecheck, as the planner picks
 and with kernels forced by NVFP4_FORCE_KERNEL). Exits non-zero if a result is
-wrong."""
+wrong.
+
+    python dev/sanitize_cases.py                    # every part
+    python dev/sanitize_cases.py stream-K skinny    # those parts (one process each: racecheck's way through)
+    python dev/sanitize_cases.py --list             # the parts' names
+"""
+
+import sys
+import time
 
 import torch
 
@@ -10,15 +18,29 @@ from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand, vector_operand, within_tolerance
 
 
-def main():
+def main(only):
+    t0 = time.monotonic()
     gen = torch.Generator().manual_seed(7)
     dev = "cuda"
+    bf16 = torch.bfloat16
     bad = 0
 
-    def section(name):
-        """Where a run is: the last line a timed-out run printed."""
+    def progress(name):
+        """Where a run is, and when: the last line a timed-out run printed."""
         torch.cuda.synchronize()
-        print(f"case {name}", flush=True)
+        print(f"case {name} at {time.monotonic() - t0:.0f} s", flush=True)
+
+    names = []
+
+    def section(name):
+        """Whether to run a part: every part, or those named on the command line (a prefix is enough)."""
+        names.append(name)
+        if only == ["--list"]:
+            return False
+        if only and not any(name.startswith(p) for p in only):
+            return False
+        progress(name)
+        return True
 
     def close(out, ref):
         return bool(within_tolerance(out, ref).all())
@@ -30,54 +52,55 @@ def main():
         return not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                          reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
 
-    # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
-    # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
-    # the last 128-row tile of M = 130 / 161 / 200 runs wgmma of N = 32 / 64 / 96;
-    # N = 1 takes the GEMV (its dual: the tensor cores), one 16-byte chunk per lane where rows are few:
-    # (37, 512) and (2 x 37, 1024) with 16 and 32 lanes per row, (37, 8192) and (2 x 20, 16384) each row split
-    # along K over 4 and 8 warps (csrc/cuda/gemv.cuh, GemvDeal); two chunks per lane where rows fill a wave of
-    # warps (4224 on a 132-SM GPU): (4300, 256) with 4 lanes per row, (4300, 1024) blocked in row quads on
-    # 264 CTAs (k CTAs per SM)
-    cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
-             (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
-             (None, 130, 20480, 64, "blocked"), (None, 161, 129, 256, "linear"), (None, 200, 129, 128, "blocked"),
-             (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"), (None, 37, 1, 8192, "blocked"),
-             (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"), (None, 4300, 1, 1024, "blocked")]
-    for L, m, n, k, lay in cases:
-        section(f"tiles, gemv {L} x {m} x {n} x {k} {lay}")
-        a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
-        b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
-        b2 = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
-        bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-        bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
-                         reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
-        v = vector_operand(random_operand(L, 1, k if k % 32 == 0 else k + 16, gen=gen, device=dev, layout=lay))
-        if k % 32 == 0:  # the dp4a gemv path
-            bad += not close(nk.gemv(a.data, v.data, a.sf, v.sf), reference.gemv(a.data, v.data, a.sf, v.sf))
-    section("groups")
-    probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
-             for m, n, k in [(1, 7, 16), (129, 3, 48), (40, 129, 256)]]
-    tc_probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
-                for m, n, k in [(1, 7, 64), (129, 300, 128), (40, 129, 256)]]  # all K % 64 == 0: one wgmma launch
-    for group in (probs, tc_probs):
-        outs = nk.group_gemm([a.data for a, _ in group], [b.data for _, b in group], [a.sf for a, _ in group],
-                             [b.sf for _, b in group])
-        for (a, b), out in zip(group, outs):
-            bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
+    if section("tiles"):
+        # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
+        # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
+        # the last 128-row tile of M = 130 / 161 / 200 runs wgmma of N = 32 / 64 / 96;
+        # N = 1 takes the GEMV (its dual: the tensor cores), one 16-byte chunk per lane where rows are few:
+        # (37, 512) and (2 x 37, 1024) with 16 and 32 lanes per row, (37, 8192) and (2 x 20, 16384) each row split
+        # along K over 4 and 8 warps (csrc/cuda/gemv.cuh, GemvDeal); two chunks per lane where rows fill a wave of
+        # warps (4224 on a 132-SM GPU): (4300, 256) with 4 lanes per row, (4300, 1024) blocked in row quads on
+        # 264 CTAs (k CTAs per SM)
+        cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
+                 (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
+                 (None, 130, 20480, 64, "blocked"), (None, 161, 129, 256, "linear"), (None, 200, 129, 128, "blocked"),
+                 (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"), (None, 37, 1, 8192, "blocked"),
+                 (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"), (None, 4300, 1, 1024, "blocked")]
+        for L, m, n, k, lay in cases:
+            progress(f"tiles, gemv {L} x {m} x {n} x {k} {lay}")
+            a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
+            b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
+            b2 = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
+            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+            v = vector_operand(random_operand(L, 1, k if k % 32 == 0 else k + 16, gen=gen, device=dev, layout=lay))
+            if k % 32 == 0:  # the dp4a gemv path
+                bad += not close(nk.gemv(a.data, v.data, a.sf, v.sf), reference.gemv(a.data, v.data, a.sf, v.sf))
+    if section("groups"):
+        probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
+                 for m, n, k in [(1, 7, 16), (129, 3, 48), (40, 129, 256)]]
+        tc_probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
+                    for m, n, k in [(1, 7, 64), (129, 300, 128), (40, 129, 256)]]  # all K % 64 == 0: one wgmma launch
+        for group in (probs, tc_probs):
+            outs = nk.group_gemm([a.data for a, _ in group], [b.data for _, b in group], [a.sf for a, _ in group],
+                                 [b.sf for _, b in group])
+            for (a, b), out in zip(group, outs):
+                bad += not close(out, reference.gemm(a.data, b.data, a.sf, b.sf))
     # M or N <= 4: the GEMV kernel with 3 vectors (roles swapped, 8 lanes per row; K % 128 == 64: 2) and with
     # 2 (4 lanes); the dual of M = 3, 2 and 1: the GEMV's dual (B1 and B2 rows in one warp), 2, 2 and 8 lanes
     # per row (M = 1: each row split along K over 2 warps); 3 x 100 x 8192 and the dual 2 x 16 x 7168 on the
     # integer-mma kernel (csrc/cuda/plan.cu, gemv_mma_pays: 64 and 56 steps for a CTA's 16 warps)
-    section("gemv, roles swapped")
-    for m, n, k in [(3, 300, 512), (3, 300, 576), (129, 2, 128), (3, 100, 8192)]:
-        a = random_operand(2, m, k, gen=gen, device=dev, layout="blocked")
-        b = random_operand(2, n, k, gen=gen, device=dev, layout="linear")
-        bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-    for m, n, k in [(3, 300, 576), (2, 129, 192), (1, 300, 2048), (2, 16, 7168)]:
-        a = random_operand(2, m, k, gen=gen, device=dev, layout="linear")
-        b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
-        bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
-                         reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+    if section("gemv, roles swapped"):
+        for m, n, k in [(3, 300, 512), (3, 300, 576), (129, 2, 128), (3, 100, 8192)]:
+            a = random_operand(2, m, k, gen=gen, device=dev, layout="blocked")
+            b = random_operand(2, n, k, gen=gen, device=dev, layout="linear")
+            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+        for m, n, k in [(3, 300, 576), (2, 129, 192), (1, 300, 2048), (2, 16, 7168)]:
+            a = random_operand(2, m, k, gen=gen, device=dev, layout="linear")
+            b, b2 = (random_operand(2, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
+            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
     # The GEMV's integer-mma kernel (csrc/cuda/gemv_mma.cuh). M = 4: the dual 4 x 300 x 512 in
     # batches of 2 and the gemm 4 x 200 x 1024 (row sets split over warps, partials through shared memory), the
     # gemm 4 x 4000 x 256 (whole sets per warp); 4 x 32 (dual) or 64 (gemm) x 12288 in 66 batches (two CTAs per
@@ -85,98 +108,104 @@ def main():
     # 6 x 200 x 1024 (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in
     # batches of 2, the dual 8 x 64 x 7168 and the gemm 6 x 96 x 7168 in 66 batches (two CTAs per batch, >= 160
     # steps: two steps per item); and the gemm 300 x 8 x 1024, a GEMV of B's 8 rows as given
-    section("integer-mma gemv")
-    for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
-                           ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
-                           ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
-                           ("dual", 66, 8, 64, 7168), ("gemm", 66, 6, 96, 7168), ("gemm", None, 300, 8, 1024)]:
-        a = random_operand(L, m, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
-        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
-        bad += wrong(op, a, b, b2)
+    if section("integer-mma gemv"):
+        for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
+                               ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
+                               ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
+                               ("dual", 66, 8, 64, 7168), ("gemm", 66, 6, 96, 7168), ("gemm", None, 300, 8, 1024)]:
+            a = random_operand(L, m, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
+            b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
+            bad += wrong(op, a, b, b2)
     # Stream-K (csrc/cuda/matmul_sm90.cu): 72 128-row tiles of 68 K steps (every second of 48 rows: wgmma of
     # N = 64); on a 132-SM Hopper the plan deals their K steps to 132 CTAs in ranges of equal cost (unequal
     # steps) that hand partials over through the workspace
-    section("stream-K")
-    a = random_operand(None, 176, 4352, gen=gen, device=dev, layout="blocked")
-    b = random_operand(None, 36 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
-    bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+    if section("stream-K"):
+        a = random_operand(None, 176, 4352, gen=gen, device=dev, layout="blocked")
+        b = random_operand(None, 36 * 256 - 77, 4352, gen=gen, device=dev, layout="linear")
+        bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
     # The skinny kernel (csrc/cuda/skinny.cu; on Hopper M = 5..8 with K >= 8192 where the integer-mma GEMV does not
     # take the rows first: K = 32768, whose 8 vectors do not fit its shared memory): 8 x 200 x 32768 in batches of
     # 2 (row blocks of 128 items over many CTAs: partials, tickets), 5 x 70 x 32768 blocked (2 blocks, a tail)
-    section("skinny")
-    for L, m, n, k, lay in [(2, 8, 200, 32768, "linear"), (None, 5, 70, 32768, "blocked")]:
-        a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
-        b = random_operand(L, n, k, gen=gen, device=dev, layout="linear")
-        bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+    if section("skinny"):
+        for L, m, n, k, lay in [(2, 8, 200, 32768, "linear"), (None, 5, 70, 32768, "blocked")]:
+            a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
+            b = random_operand(L, n, k, gen=gen, device=dev, layout="linear")
+            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
     # The mma.sync kernel (csrc/cuda/matmul_mma.cu; on Hopper K % 64 != 0, or forced: also every case
     # above): the cases of K = 48 and 1040 and the first group above take it; here K % 64 == 32
     # (16-byte copies, linear scale rows 2 bytes off a word: scales through registers), a dual of two 128-row
     # tiles, and views 8 bytes into each row (8-byte copies, scales 1 byte off)
-    section("mma.sync")
-    for op, L, m, n, k in [("gemm", 2, 70, 90, 96), ("dual", None, 200, 129, 1056)]:
-        a = random_operand(L, m, k, gen=gen, device=dev, layout="linear")
-        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
-        bad += wrong(op, a, b, b2)
-    a, b = (random_operand(None, r, 656, gen=gen, device=dev) for r in (150, 130))
-    a_data, a_sf, b_data, b_sf = a.data[:, 8:328], a.sf[:, 1:41], b.data[:, 8:328], b.sf[:, 1:41]
-    bad += not close(nk.gemm(a_data, b_data, a_sf, b_sf), reference.gemm(a_data, b_data, a_sf, b_sf))
-    section("quantize")
-    # quantize (csrc/cuda/quantize.cu): a warp per 32 columns (small) and per 128 (4300 rows), rows 8 bytes off
-    # 16-byte alignment (scalar loads), the blocked layout's padding rows and columns, a device global scale
-    for shape, dtype, lay in [((2, 7, 80), torch.bfloat16, "blocked"), ((4300, 2048), torch.float16, "linear"),
-                              ((130, 1040), torch.float32, "blocked")]:
-        x = (torch.randn(shape, generator=gen) * 10).to(dtype).to(dev)
-        g = torch.tensor(0.5, device=dev)
-        for xs in (x, x[..., 4:-12] if dtype != torch.float32 else x[..., 2:-14]):
-            got, want = nk.quantize(xs, global_scale=g, sf_layout=lay), reference.quantize(xs.cpu(), 0.5, lay)
-            bad += not (torch.equal(got[0].cpu(), want[0]) and
-                        torch.equal(got[1].cpu().view(torch.uint8), want[1].view(torch.uint8)))
-    section("epilogue, w4a16")
-    # The epilogue (csrc/cuda/common.cuh) on the GEMV (roles swapped: a bias by row), skinny, wgmma and mma.sync
-    # routes: bf16 out, a bias, alphas as device tensors; and W4A16 (csrc/cuda/w4a16.cu): fp16 and bf16
-    # activations, the cp.async path and the register path (rows 2 bytes off 16-byte alignment, K % 64 != 0),
-    # a dual, a bias, a batch; few tiles, whose CTAs share K
-    bf16 = torch.bfloat16
-    alpha = torch.tensor(0.75, device=dev)
-    for m, n, k in [(3, 300, 512), (8, 200, 32768), (130, 300, 320), (70, 90, 96)]:
-        a = random_operand(None, m, k, gen=gen, device=dev)
-        b = random_operand(None, n, k, gen=gen, device=dev, layout="blocked")
-        bias = torch.randn(n, generator=gen).to(dev)
-        bad += not torch.allclose(nk.gemm(a.data, b.data, a.sf, b.sf, alpha=alpha, bias=bias, out_dtype=bf16).float(),
-                                  reference.gemm(a.data, b.data, a.sf, b.sf, alpha, bias, bf16).float(),
-                                  rtol=1e-2, atol=1e-2, equal_nan=True)
-    for L, m, n, k, x_dtype, off in [(None, 1, 300, 512, torch.float16, 0), (2, 130, 129, 1040, bf16, 0),
-                                     (None, 1030, 4100, 256, bf16, 0),
-                                     (None, 7, 64, 80, bf16, 1), (None, 65, 33, 48, torch.float16, 0),
-                                     # split-K: the partials, the tickets, the last CTA's sum
-                                     (None, 1, 300, 4096, torch.float16, 0), (None, 7, 64, 2080, bf16, 1),
-                                     (2, 20, 129, 1040, bf16, 0)]:
-        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
-        lead = (L,) if L else ()
-        x = torch.randn(lead + (m, k + off), generator=gen).to(x_dtype).to(dev)[..., off:]
-        bias = torch.randn(n, generator=gen).to(dev)
-        got = nk.gemm_w4a16(x, b.data, b.sf, alpha=alpha, bias=bias, out_dtype=torch.float16)
-        bad += not close(got, reference.gemm_w4a16(x, b.data, b.sf, alpha, bias, torch.float16))
-        got = nk.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, alpha2=alpha, out_dtype=torch.float16)
-        bad += not close(got, reference.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, None, alpha, torch.float16))
-    section("grouped_mm")
-    # rows grouped by expert (w4a16.cu's expert_tile): empty experts, rows past the last, 16- and 64-row
-    # tiles, plain and gated, split K
-    for sizes, t, n, k, gated in [([3, 0, 5, 1], 12, 48, 80, True), ([0, 40, 0, 70], 120, 96, 272, False),
-                                  ([2, 1], 4, 300, 4096, False), ([1] * 40, 40, 64, 512, True)]:
-        e = len(sizes)
-        w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=dev)
-        x = torch.randn(t, k, generator=gen).to(bf16).to(dev)
-        offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
-        alphas = (torch.rand(e, generator=gen) + 0.5).to(dev)
-        got = nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=gated, out_dtype=torch.float16)
-        want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, gated, torch.float16)
-        rows = sum(sizes)
-        bad += not close(got[:rows], want[:rows])
+    if section("mma.sync"):
+        for op, L, m, n, k in [("gemm", 2, 70, 90, 96), ("dual", None, 200, 129, 1056)]:
+            a = random_operand(L, m, k, gen=gen, device=dev, layout="linear")
+            b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="blocked") for _ in range(2))
+            bad += wrong(op, a, b, b2)
+        a, b = (random_operand(None, r, 656, gen=gen, device=dev) for r in (150, 130))
+        a_data, a_sf, b_data, b_sf = a.data[:, 8:328], a.sf[:, 1:41], b.data[:, 8:328], b.sf[:, 1:41]
+        bad += not close(nk.gemm(a_data, b_data, a_sf, b_sf), reference.gemm(a_data, b_data, a_sf, b_sf))
+    if section("quantize"):
+        # quantize (csrc/cuda/quantize.cu): a warp per 32 columns (small) and per 128 (4300 rows), rows 8 bytes off
+        # 16-byte alignment (scalar loads), the blocked layout's padding rows and columns, a device global scale
+        for shape, dtype, lay in [((2, 7, 80), torch.bfloat16, "blocked"), ((4300, 2048), torch.float16, "linear"),
+                                  ((130, 1040), torch.float32, "blocked")]:
+            x = (torch.randn(shape, generator=gen) * 10).to(dtype).to(dev)
+            g = torch.tensor(0.5, device=dev)
+            for xs in (x, x[..., 4:-12] if dtype != torch.float32 else x[..., 2:-14]):
+                got, want = nk.quantize(xs, global_scale=g, sf_layout=lay), reference.quantize(xs.cpu(), 0.5, lay)
+                bad += not (torch.equal(got[0].cpu(), want[0]) and
+                            torch.equal(got[1].cpu().view(torch.uint8), want[1].view(torch.uint8)))
+    if section("epilogue, w4a16"):
+        # The epilogue (csrc/cuda/common.cuh) on the GEMV (roles swapped: a bias by row), skinny, wgmma and mma.sync
+        # routes: bf16 out, a bias, alphas as device tensors; and W4A16 (csrc/cuda/w4a16.cu): fp16 and bf16
+        # activations, the cp.async path and the register path (rows 2 bytes off 16-byte alignment, K % 64 != 0),
+        # a dual, a bias, a batch; few tiles, whose CTAs share K
+        alpha = torch.tensor(0.75, device=dev)
+        for m, n, k in [(3, 300, 512), (8, 200, 32768), (130, 300, 320), (70, 90, 96)]:
+            a = random_operand(None, m, k, gen=gen, device=dev)
+            b = random_operand(None, n, k, gen=gen, device=dev, layout="blocked")
+            bias = torch.randn(n, generator=gen).to(dev)
+            got = nk.gemm(a.data, b.data, a.sf, b.sf, alpha=alpha, bias=bias, out_dtype=bf16)
+            want = reference.gemm(a.data, b.data, a.sf, b.sf, alpha, bias, bf16)
+            bad += not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2, equal_nan=True)
+        for L, m, n, k, x_dtype, off in [(None, 1, 300, 512, torch.float16, 0), (2, 130, 129, 1040, bf16, 0),
+                                         (None, 1030, 4100, 256, bf16, 0),
+                                         (None, 7, 64, 80, bf16, 1), (None, 65, 33, 48, torch.float16, 0),
+                                         # split-K: the partials, the tickets, the last CTA's sum
+                                         (None, 1, 300, 4096, torch.float16, 0), (None, 7, 64, 2080, bf16, 1),
+                                         (2, 20, 129, 1040, bf16, 0)]:
+            b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
+            lead = (L,) if L else ()
+            x = torch.randn(lead + (m, k + off), generator=gen).to(x_dtype).to(dev)[..., off:]
+            bias = torch.randn(n, generator=gen).to(dev)
+            got = nk.gemm_w4a16(x, b.data, b.sf, alpha=alpha, bias=bias, out_dtype=torch.float16)
+            bad += not close(got, reference.gemm_w4a16(x, b.data, b.sf, alpha, bias, torch.float16))
+            got = nk.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, alpha2=alpha, out_dtype=torch.float16)
+            want = reference.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, None, alpha, torch.float16)
+            bad += not close(got, want)
+    if section("grouped_mm"):
+        # rows grouped by expert (w4a16.cu's expert_tile): empty experts, rows past the last, 16- and 64-row
+        # tiles, plain and gated, split K
+        for sizes, t, n, k, gated in [([3, 0, 5, 1], 12, 48, 80, True), ([0, 40, 0, 70], 120, 96, 272, False),
+                                      ([2, 1], 4, 300, 4096, False), ([1] * 40, 40, 64, 512, True)]:
+            e = len(sizes)
+            w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=dev)
+            x = torch.randn(t, k, generator=gen).to(bf16).to(dev)
+            offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
+            alphas = (torch.rand(e, generator=gen) + 0.5).to(dev)
+            got = nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=gated, out_dtype=torch.float16)
+            want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, gated, torch.float16)
+            rows = sum(sizes)
+            bad += not close(got[:rows], want[:rows])
+    if only == ["--list"]:
+        print("\n".join(names))
+        return
+    unknown = [p for p in only if not any(n.startswith(p) for n in names)]
+    if unknown:
+        raise SystemExit(f"sanitize_cases: no part named {unknown}; the parts: {names}")
     torch.cuda.synchronize()
     print(f"sanitize cases: {bad} wrong results")
     raise SystemExit(1 if bad else 0)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

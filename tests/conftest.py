@@ -25,6 +25,11 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     global SEED
+    # pytest-xdist runs one process per worker: each takes its share of the cores for the CPU
+    # kernels and references, not all of them (16 workers x 16 threads starve each other)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
     if config.getoption("--seed") is not None:
         SEED = config.getoption("--seed")
 
