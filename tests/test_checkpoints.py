@@ -470,6 +470,72 @@ def test_moe_fused_experts_not_yet(tmp_path, gen):
     assert unchanged(model, snap)
 
 
+class Qwen3MoeExperts(torch.nn.Module):
+    """transformers 5's fused experts, as its Qwen3MoeExperts holds them (the class name is what
+    moe.unfuse_experts knows): gate and up stacked [E, 2I, H], down [E, H, I]; the same loop."""
+
+    def __init__(self, n, gen):
+        super().__init__()
+        self.gate_up_proj = torch.nn.Parameter(torch.randn(n, 2 * I, H, generator=gen) * 0.1)
+        self.down_proj = torch.nn.Parameter(torch.randn(n, H, I, generator=gen) * 0.1)
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x, top_k_index, top_k_weights):
+        out = torch.zeros_like(x)
+        for e in range(self.gate_up_proj.shape[0]):
+            token, pos = torch.where(top_k_index == e)
+            gate, up = torch.nn.functional.linear(x[token], self.gate_up_proj[e]).chunk(2, dim=-1)
+            y = torch.nn.functional.linear(self.act_fn(gate) * up, self.down_proj[e]) * top_k_weights[token, pos, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+
+def test_moe_transformers_5_fused_experts(tmp_path, gen):
+    """A model whose experts are fused as transformers 5 holds them loads a per-expert checkpoint
+    (the names every NVFP4 MoE checkpoint uses): unfuse_experts makes the module an ExpertList of
+    per-expert layers (views of the fused weights) called as the fused module was, and the loader
+    fills it with NVFP4 layers, from tensors under the block's older name too; a checkpoint that
+    does not fit leaves the fused module in place."""
+    from nvfp4_kernels.models.moe import ExpertList, refuse_experts, unfuse_experts
+
+    fused = Qwen3MoeExperts(3, gen).to(BF16)
+    holder = torch.nn.Module()
+    holder.experts = fused
+    x = torch.randn(9, H, generator=gen).to(BF16)
+    idx = torch.stack([torch.randperm(3, generator=gen)[:2] for _ in range(9)])
+    w = torch.rand(9, 2, generator=gen).to(BF16)
+    want = fused(x, idx, w)
+    unfused = unfuse_experts(holder)
+    experts = holder.experts
+    assert unfused == [("experts", fused)] and type(experts) is ExpertList and len(experts) == 3
+    assert experts[2].up_proj.weight.data_ptr() == fused.gate_up_proj[2, I:].data_ptr()  # views, no copy
+    assert torch.allclose(experts(x, idx, w).float(), want.float(), rtol=1e-2, atol=1e-3)
+    refuse_experts(holder, unfused)
+    assert holder.experts is fused
+
+    src = toy(gen, experts=3)
+    # under Mixtral's 4.x name of the block, which transformers 5 calls mlp
+    renamed = {k.replace(".mlp.", ".block_sparse_moe."): v for k, v in modelopt_tensors(src, gen).items()}
+    write(tmp_path / "ok", renamed, hf_quant=modelopt_config())
+    model = toy(gen)
+    for b in model.model.layers:
+        b.mlp = torch.nn.Module()
+        b.mlp.experts = Qwen3MoeExperts(3, gen).to(BF16)
+    originals = [b.mlp.experts for b in model.model.layers]
+    snap = snapshot(model)
+    tensors = modelopt_tensors(src, gen)
+    del tensors["model.layers.1.mlp.experts.2.down_proj.weight_scale"]
+    write(tmp_path / "bad", tensors, hf_quant=modelopt_config())
+    with pytest.raises(ValueError, match=r"experts\.2\.down_proj\.weight_scale"):
+        load_checkpoint(model, tmp_path / "bad")
+    assert [b.mlp.experts for b in model.model.layers] == originals and unchanged(model, snap)
+    report = load_checkpoint(model, tmp_path / "ok")
+    assert "model.layers.1.mlp.experts.2.down_proj" in report.layers
+    assert all(type(b.mlp.experts) is ExpertList for b in model.model.layers)
+    check_layer(model.model.layers[1].mlp.experts[2].gate_proj, torch.randn(3, H, generator=gen).to(BF16),
+                fmt="modelopt", w4a4=True)
+
+
 # ---- malformed checkpoints -------------------------------------------------------------------------
 Q = "model.layers.0.self_attn.q_proj"
 

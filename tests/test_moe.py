@@ -5,6 +5,7 @@ against its formulas; a CUDA graph replayed with new routings; bad arguments."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import nvfp4_kernels as nk
 from nvfp4_kernels import reference
@@ -158,10 +159,8 @@ def test_modelopt_checkpoint_experts(tmp_path, gen):
                                       architectures=["Qwen3MoeForCausalLM"])
     torch.manual_seed(int(torch.randint(0, 2**31, (), generator=gen)))
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
-    if not isinstance(model.model.layers[0].mlp.experts, torch.nn.ModuleList):
-        pytest.skip("this transformers keeps the experts fused (3-D parameters), not as nn.Linear layers")
     quantize_model(model, mode="w4a4", calibration=[torch.randint(0, 256, (4, 32), generator=gen) for _ in range(2)])
-    assert type(model.model.layers[0].mlp.gate) is torch.nn.Linear, "the router is ModelOpt's default exclusion"
+    assert type(model.model.layers[0].mlp.gate) is not NVFP4Linear, "the router is ModelOpt's default exclusion"
     save_modelopt(model, tmp_path)
     loaded = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
     load_checkpoint(loaded, tmp_path)
@@ -176,7 +175,7 @@ def test_modelopt_checkpoint_experts(tmp_path, gen):
         assert torch.equal(moe.w13_input_scale[e], ex.up_proj.input_scale)
     x = (torch.randn(20, H, generator=gen) * 3).bfloat16()
     with torch.no_grad():
-        logits = mlp.gate(x)
+        logits = F.linear(x, mlp.gate.weight)  # the router's logits (transformers 5's router returns more)
         got = moe(x, logits)
         assert torch.equal(got, per_token(moe, x, logits))
         theirs = mlp(x[None])
@@ -204,15 +203,13 @@ def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
     if arch == "qwen3_moe":
         cfg = transformers.Qwen3MoeConfig(intermediate_size=128, moe_intermediate_size=I, num_experts=E,
                                           norm_topk_prob=False, architectures=["Qwen3MoeForCausalLM"], **common)
-        block_name = "model.layers.0.mlp"
     else:
         cfg = transformers.MixtralConfig(intermediate_size=I, num_local_experts=E, architectures=["MixtralForCausalLM"],
                                          **common)
-        block_name = "model.layers.0.block_sparse_moe"
     torch.manual_seed(int(torch.randint(0, 2**31, (), generator=gen)))
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
-    if not isinstance(getattr(dict(model.named_modules()).get(block_name), "experts", None), torch.nn.ModuleList):
-        pytest.skip("this transformers keeps the experts fused (3-D parameters), not as nn.Linear layers")
+    # model.layers.0.mlp, Mixtral's model.layers.0.block_sparse_moe before transformers 5
+    block_name = next(n for n, m in model.named_modules() if type(m).__name__.endswith("SparseMoeBlock"))
     quantize_model(model, mode="w4a4", calibration=[torch.randint(0, 256, (4, 32), generator=gen) for _ in range(2)])
     save_modelopt(model, tmp_path)
     fast, report = hf.from_pretrained(tmp_path, return_report=True)
@@ -223,8 +220,12 @@ def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
     load_checkpoint(looped, tmp_path)
     x = (torch.randn(2, 7, H, generator=gen) * 3).bfloat16()
     ids = torch.randint(0, 256, (2, 9), generator=gen)
+    # transformers 4.x blocks return (out, router logits), 5's out alone (its router is no nn.Linear)
+    assert block.returns_logits == isinstance(looped.get_submodule(block_name).gate, torch.nn.Linear)
     with torch.no_grad():
-        out, logits = block(x)
+        out = block(x)
+        out = out[0] if block.returns_logits else out
+        logits = F.linear(x.reshape(-1, H), block.gate.weight)
         assert torch.equal(out.reshape(-1, H), per_token(block.experts, x.reshape(-1, H), logits))
         a, b = fast(ids).logits.float(), looped(ids).logits.float()
         assert (a - b).abs().max() / b.abs().max() < 0.15

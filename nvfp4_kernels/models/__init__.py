@@ -5,7 +5,7 @@ save it in ModelOpt's format.
     load_checkpoint(model, path, *, mode=None)  the checkpoint's NVFP4 layers into model's nn.Linears
     quantize_model(model, *, mode, exclude, calibration)   nn.Linear -> NVFP4Linear, as ModelOpt does
     save_modelopt(model, path)                  safetensors + hf_quant_config.json + config.json
-    swap_moe_blocks(model)                      transformers 4.x sparse MoE blocks -> one NVFP4MoE each
+    swap_moe_blocks(model)                      transformers sparse MoE blocks -> one NVFP4MoE each
 
 ``hf`` builds transformers causal LMs from such a checkpoint (``hf.from_pretrained``); transformers
 is needed only there. Reading and writing checkpoints needs ``safetensors``.

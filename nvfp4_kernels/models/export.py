@@ -34,6 +34,7 @@ from .. import conventions, ops
 from ..nn import MODES, NVFP4Linear
 from .config import W4A4, W4A16, modelopt_hf_quant_config, modelopt_quantization_config
 from .layers import CompressedTensorsNVFP4Linear, NVFP4SplitLinear
+from .moe import refuse_experts, unfuse_experts
 
 _AMAX_TO_SCALE = 6.0 * 448.0
 
@@ -126,6 +127,15 @@ def quantize_model(model: torch.nn.Module, *, mode: str = "w4a4", exclude: Seque
         raise ValueError(f"quantize_model: mode must be one of {MODES}, got {mode!r}")
     if isinstance(exclude, str):
         exclude = (exclude,)
+    unfused = unfuse_experts(model)  # transformers 5's fused experts as per-expert nn.Linear layers
+    try:
+        return _quantize_model(model, mode, exclude, calibration, fuse_shared_inputs)
+    except BaseException:
+        refuse_experts(model, unfused)
+        raise
+
+
+def _quantize_model(model, mode, exclude, calibration, fuse_shared_inputs):
     owners = {}
     for mname, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):

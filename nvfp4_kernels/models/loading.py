@@ -28,10 +28,12 @@ share) that is one NVFP4 layer, exactly equal to the slices; where they differ, 
 ``NVFP4SplitLinear`` (one gemm per slice, still exact).
 
 MoE: experts that are nn.Linear modules (``mlp.experts.{e}.gate_proj``) load like any layer
-(``moe.swap_moe_blocks`` then stacks a block's experts into one NVFP4MoE).
-Fused expert tensors (3-D, or per-expert tensors whose model counterpart is not an nn.Linear)
-raise NotImplementedError. KV-cache scales (``k_scale``, ``v_scale``) of a checkpoint that
-declares KV-cache quantization are skipped: the cache stays in the model's dtype.
+(``moe.swap_moe_blocks`` then stacks a block's experts into one NVFP4MoE); transformers 5's fused
+experts modules are made such first (``moe.unfuse_experts``; put back if the load fails), and
+Mixtral's ``block_sparse_moe`` tensors load into its transformers 5 name, ``mlp`` (``RENAMES``).
+Fused expert tensors in the checkpoint (3-D, or per-expert tensors whose model counterpart is not
+an nn.Linear) raise NotImplementedError. KV-cache scales (``k_scale``, ``v_scale``) of a checkpoint
+that declares KV-cache quantization are skipped: the cache stays in the model's dtype.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import torch
 from ..nn import MODES, NVFP4Linear
 from .config import COMPRESSED_TENSORS, MODELOPT, W4A4, W4A16, QuantConfig, read_quant_config
 from .layers import CompressedTensorsNVFP4Linear, NVFP4SplitLinear
+from .moe import refuse_experts, unfuse_experts
 
 DEFAULT_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
@@ -56,6 +59,8 @@ _ST_DTYPES = {
     "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
 }
 _FLOAT_ST = ("F16", "BF16", "F32", "F64")
+# module names transformers 5 changed: (checkpoint's, model's); Mixtral's sparse MoE block
+RENAMES = (("block_sparse_moe", "mlp"),)
 # the tensor names of a quantized layer, by format: codes, block scales, weight scalar, input scalar
 _NAMES = {MODELOPT: ("weight", "weight_scale", "weight_scale_2", "input_scale"),
           COMPRESSED_TENSORS: ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale")}
@@ -126,6 +131,22 @@ class _Checkpoint:
                 if k not in self.meta or self.meta[k][0] != fname:
                     raise ValueError(f"{index}: tensor {k} is mapped to {fname} but is not there")
 
+        self._stored = {}  # a renamed tensor's name -> its name in the files
+
+    def rename(self, model: torch.nn.Module) -> None:
+        """Read the tensors under the names transformers 5 gives their modules (RENAMES), where the
+        checkpoint uses the older name and the model the newer one."""
+        modules = {n for n, _ in model.named_modules()}
+        for old, new in RENAMES:
+            if any(f".{old}." in f".{n}." for n in modules) or not any(f".{old}." in k for k in self.meta):
+                continue
+            for k in [k for k in self.meta if f".{old}." in k]:
+                renamed = k.replace(f".{old}.", f".{new}.")
+                if renamed in self.meta:
+                    raise ValueError(f"the checkpoint holds both {k} and {renamed}")
+                self.meta[renamed] = self.meta.pop(k)
+                self._stored[renamed] = self._stored.pop(k, k)
+
     def __contains__(self, name: str) -> bool:
         return name in self.meta
 
@@ -139,7 +160,7 @@ class _Checkpoint:
         fname = self.meta[name][0]
         if fname not in self._handles:
             self._handles[fname] = self._safe_open(os.path.join(self.folder, fname), "pt").__enter__()
-        return self._handles[fname].get_tensor(name)
+        return self._handles[fname].get_tensor(self._stored.get(name, name))
 
     def close(self) -> None:
         for h in self._handles.values():
@@ -472,7 +493,9 @@ def load_checkpoint(model: torch.nn.Module, path, *, mode: Optional[str] = None,
     cfg = read_quant_config(folder)
     fused = DEFAULT_FUSED if fused is None else dict(fused)
     ckpt = _Checkpoint(folder)
+    unfused = unfuse_experts(model)  # transformers 5's fused experts as the checkpoint names them
     try:
+        ckpt.rename(model)
         layers, plain_fused, plain, by_object, skipped = _validate(model, ckpt, cfg, mode, fused, device)
         # build everything, then swap it in
         new_layers = {plan.name: _build(cfg, ckpt, plan, dtype) for plan in layers}
@@ -491,6 +514,9 @@ def load_checkpoint(model: torch.nn.Module, path, *, mode: Optional[str] = None,
                 torch.device("cpu") if old.device.type == "meta" else old.device)
             t = ckpt.get(ck_key)
             tensors[key] = t.to(dev, dtype) if t.is_floating_point() else t.to(dev)
+    except BaseException:
+        refuse_experts(model, unfused)
+        raise
     finally:
         ckpt.close()
 
