@@ -13,6 +13,7 @@
 #   BENCH_MODELS_ARGS="--model 8b 70b" bash dev/gpu_check.sh  # the model layers' benchmark, every M
 #   EXAMPLE=0 bash dev/gpu_check.sh      # skip examples/nvfp4_llama.py --config 8b (needs transformers)
 #   SANITIZE_FORCES="auto mma:wk4" bash dev/gpu_check.sh      # the kernels forced under the sanitizers
+#   SANITIZE_JOBS=24 SANITIZE_TIMEOUT=400 bash dev/gpu_check.sh  # sanitizer runs at once (default: cores), limit each
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -73,7 +74,7 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
       echo $? >"$log.rc" )
   }
   export -f san_one; export OUT SANITIZE_TIMEOUT
-  tr '\n' '\0' <"$jobs" | xargs -0 -P "$(nproc)" -I{} bash -c 'san_one "$1"' _ {}
+  tr '\n' '\0' <"$jobs" | xargs -0 -P "${SANITIZE_JOBS:-$(nproc)}" -I{} bash -c 'san_one "$1"' _ {}
   pkill -9 -f "python3 dev/sanitize_cases.py" 2>/dev/null || true  # whatever a killed sanitizer left running
   while IFS='|' read -r tool force part; do
     log="$OUT/sanitize_${tool}_${force//:/_}_${part//[ ,.]/_}.log"
