@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import nvfp4_kernels as nk
 from nvfp4_kernels import reference
-from nvfp4_kernels.nn import NVFP4MoE
+from nvfp4_kernels.nn import NVFP4Linear, NVFP4MoE
 from conftest import needs_cuda
 
 E, H, I = 8, 64, 48
@@ -151,7 +151,6 @@ def test_modelopt_checkpoint_experts(tmp_path, gen):
     agree to a few percent of the largest output (a swapped or misrouted expert: ~100%)."""
     transformers = pytest.importorskip("transformers", reason="needs transformers")
     from nvfp4_kernels.models import load_checkpoint, quantize_model, save_modelopt
-    from nvfp4_kernels.nn import NVFP4Linear
 
     cfg = transformers.Qwen3MoeConfig(hidden_size=H, intermediate_size=128, moe_intermediate_size=I,
                                       num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -188,7 +187,7 @@ def test_modelopt_checkpoint_experts(tmp_path, gen):
         NVFP4MoE.from_linears([bad], [NVFP4Linear(H, I, bias=False)], [NVFP4Linear(I, H, bias=False)], 1)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])
+@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral", "deepseek_v3"])
 def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
     """hf.from_pretrained of a quantized Qwen3-MoE / Mixtral checkpoint stacks each sparse MoE
     block's NVFP4 experts into one NVFP4MoEBlock: the same router, the block's routing, the per-token
@@ -197,36 +196,53 @@ def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
     transformers = pytest.importorskip("transformers", reason="needs transformers")
     pytest.importorskip("safetensors", reason="needs safetensors")
     from nvfp4_kernels.models import NVFP4MoEBlock, hf, load_checkpoint, quantize_model, save_modelopt
+    from nvfp4_kernels.models import moe as moe_blocks
 
     common = dict(hidden_size=H, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   vocab_size=256, num_experts_per_tok=2)
     if arch == "qwen3_moe":
         cfg = transformers.Qwen3MoeConfig(intermediate_size=128, moe_intermediate_size=I, num_experts=E,
                                           norm_topk_prob=False, architectures=["Qwen3MoeForCausalLM"], **common)
-    else:
+    elif arch == "mixtral":
         cfg = transformers.MixtralConfig(intermediate_size=I, num_local_experts=E, architectures=["MixtralForCausalLM"],
                                          **common)
+    else:  # grouped sigmoid routing, a shared expert, multi-head latent attention
+        common.update(num_key_value_heads=4)
+        cfg = transformers.DeepseekV3Config(intermediate_size=128, moe_intermediate_size=I, n_routed_experts=E,
+                                            n_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                                            first_k_dense_replace=0, q_lora_rank=32, kv_lora_rank=32,
+                                            qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
+                                            architectures=["DeepseekV3ForCausalLM"], **common)
     torch.manual_seed(int(torch.randint(0, 2**31, (), generator=gen)))
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
     # model.layers.0.mlp, Mixtral's model.layers.0.block_sparse_moe before transformers 5
-    block_name = next(n for n, m in model.named_modules() if type(m).__name__.endswith("SparseMoeBlock"))
+    block_name = next(n for n, m in model.named_modules() if type(m).__name__ in moe_blocks.BLOCKS)
     quantize_model(model, mode="w4a4", calibration=[torch.randint(0, 256, (4, 32), generator=gen) for _ in range(2)])
     save_modelopt(model, tmp_path)
     fast, report = hf.from_pretrained(tmp_path, return_report=True)
     assert report.moe_blocks == [block_name]
     block = fast.get_submodule(block_name)
-    assert type(block) is NVFP4MoEBlock and block.experts.norm_topk_prob == (arch == "mixtral")
+    assert type(block) is NVFP4MoEBlock and block.experts.norm_topk_prob == (arch != "qwen3_moe")
+    if arch == "deepseek_v3":
+        moe = block.experts
+        assert (moe.routing, moe.n_group, moe.topk_group, moe.routed_scaling_factor) == ("sigmoid", 4, 2, 2.5)
+        assert torch.equal(moe.e_score_correction_bias, block.gate.e_score_correction_bias)
+        assert type(block.shared_experts.gate_proj) is NVFP4Linear
     looped = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
     load_checkpoint(looped, tmp_path)
     x = (torch.randn(2, 7, H, generator=gen) * 3).bfloat16()
     ids = torch.randint(0, 256, (2, 9), generator=gen)
-    # transformers 4.x blocks return (out, router logits), 5's out alone (its router is no nn.Linear)
+    # transformers 4.x's Qwen3-MoE / Mixtral blocks return (out, router logits); 5's (whose router is
+    # no nn.Linear) and DeepSeek's out alone
     assert block.returns_logits == isinstance(looped.get_submodule(block_name).gate, torch.nn.Linear)
     with torch.no_grad():
         out = block(x)
         out = out[0] if block.returns_logits else out
-        logits = F.linear(x.reshape(-1, H), block.gate.weight)
-        assert torch.equal(out.reshape(-1, H), per_token(block.experts, x.reshape(-1, H), logits))
+        x2 = x.reshape(-1, H)
+        want = per_token(block.experts, x2, block.router_logits(x2))
+        if block.shared_experts is not None:
+            want = want + block.shared_experts(x2)
+        assert torch.equal(out.reshape(-1, H), want)
         a, b = fast(ids).logits.float(), looped(ids).logits.float()
         assert (a - b).abs().max() / b.abs().max() < 0.15
         assert fast.generate(ids[:1], max_new_tokens=4, do_sample=False, pad_token_id=0).shape == (1, 13)

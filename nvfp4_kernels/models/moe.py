@@ -1,18 +1,19 @@
 """Mixture-of-experts blocks of transformers models as one NVFP4MoE each.
 
 A transformers sparse MoE block (Qwen3-MoE's ``Qwen3MoeSparseMoeBlock``, Mixtral's
-``MixtralSparseMoeBlock``) loops over its experts in Python and finds which tokens chose each
-on the host: a host sync per block, one small launch per expert and projection. Once
-``load_checkpoint`` has made every expert's projections NVFP4Linear, ``swap_moe_blocks(model)``
-replaces each such block by an ``NVFP4MoEBlock``: the same router (its nn.Linear), the experts
-stacked as one ``nn.NVFP4MoE`` (two grouped launches, no host sync, capturable), the same
-``(hidden_states, router_logits)`` out. Routing as the block's: softmax top-k, renormalised where
-it renormalises (Mixtral always, Qwen3-MoE by its norm_topk_prob). The numbers differ from the
-block's loop in rounding only: the routing weights and the combine stay float32, silu(g) * u is
+``MixtralSparseMoeBlock``, DeepSeek-V3's ``DeepseekV3MoE``) loops over its experts in Python and
+finds which tokens chose each on the host: a host sync per block, one small launch per expert and
+projection. Once ``load_checkpoint`` has made every expert's projections NVFP4Linear,
+``swap_moe_blocks(model)`` replaces each such block by an ``NVFP4MoEBlock``: the same router, the
+experts stacked as one ``nn.NVFP4MoE`` (two grouped launches, no host sync, capturable), the
+block's shared experts as they are, the same out. Routing as the block's: softmax top-k,
+renormalised where it renormalises (Mixtral always, Qwen3-MoE by its norm_topk_prob); DeepSeek-V3's
+sigmoid over fp32 logits, its correction bias, groups and scaling factor. The numbers differ from
+the block's loop in rounding only: the routing weights and the combine stay float32, silu(g) * u is
 rounded once. Blocks of other classes, or whose experts are not all NVFP4Linear, stay as they are.
 For inference: ``save_modelopt`` writes per-expert layers, so save before swapping.
 
-transformers 5 keeps a block's experts fused (``Qwen3MoeExperts``, ``MixtralExperts``: 3-D
+transformers 5 keeps a block's experts fused (``Qwen3MoeExperts`` and the like: 3-D
 ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I] parameters), while checkpoints name them
 per expert (``experts.{e}.gate_proj.weight``), as 4.x modelled them. ``unfuse_experts`` turns such
 a module into an ``ExpertList`` of per-expert nn.Linear modules (views of the fused parameters),
@@ -22,19 +23,22 @@ named as the checkpoint names them and called as the fused module was: ``load_ch
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from ..nn import NVFP4Linear, NVFP4MoE
 
-# block class -> (an expert's gate, up and down projections, renormalise: True / None = the block's
-# or its router's norm_topk_prob)
-BLOCKS = {"Qwen3MoeSparseMoeBlock": (("gate_proj", "up_proj", "down_proj"), None),
-          "MixtralSparseMoeBlock": (("w1", "w3", "w2"), True)}
+# block class -> (an expert's gate, up and down projections, its routing: "softmax" (renormalised by
+# the block's or router's norm_topk_prob), "softmax, renormalised", "deepseek" (the router's
+# grouped sigmoid with a correction bias, fp32 logits; the block adds its shared experts))
+BLOCKS = {"Qwen3MoeSparseMoeBlock": (("gate_proj", "up_proj", "down_proj"), "softmax"),
+          "MixtralSparseMoeBlock": (("w1", "w3", "w2"), "softmax, renormalised"),
+          "DeepseekV3MoE": (("gate_proj", "up_proj", "down_proj"), "deepseek")}
 # transformers 5's fused experts class -> its experts' projection names in checkpoints
-FUSED_EXPERTS = {"Qwen3MoeExperts": ("gate_proj", "up_proj", "down_proj"), "MixtralExperts": ("w1", "w3", "w2")}
+FUSED_EXPERTS = {"Qwen3MoeExperts": ("gate_proj", "up_proj", "down_proj"), "MixtralExperts": ("w1", "w3", "w2"),
+                 "DeepseekV3Experts": ("gate_proj", "up_proj", "down_proj")}
 
 
 class Expert(torch.nn.Module):
@@ -101,19 +105,41 @@ def refuse_experts(model: torch.nn.Module, unfused: List[Tuple[str, torch.nn.Mod
 
 class NVFP4MoEBlock(torch.nn.Module):
     """A sparse MoE block: router ``gate`` (its ``weight`` [E, H]: an nn.Linear in transformers 4.x,
-    a top-k router module in 5), ``experts`` (NVFP4MoE). forward(hidden_states [..., H]) -> as the
-    block it replaces: (out [..., H], router_logits [tokens, E]) where ``returns_logits`` (4.x), out
-    alone where not (5)."""
+    a top-k router module in 5), ``experts`` (NVFP4MoE), ``shared_experts`` (None, or a module added
+    to every token's output, as DeepSeek-V3's). forward(hidden_states [..., H]) -> as the block it
+    replaces: (out [..., H], router_logits [tokens, E]) where ``returns_logits``, out alone where
+    not. ``fp32_router``: the logits from fp32 copies of x and the router's weight (DeepSeek-V3)."""
 
-    def __init__(self, gate: torch.nn.Module, experts: NVFP4MoE, returns_logits: bool = True):
+    def __init__(self, gate: torch.nn.Module, experts: NVFP4MoE, returns_logits: bool = True,
+                 shared_experts: Optional[torch.nn.Module] = None, fp32_router: bool = False):
         super().__init__()
-        self.gate, self.experts, self.returns_logits = gate, experts, returns_logits
+        self.gate, self.experts, self.shared_experts = gate, experts, shared_experts
+        self.returns_logits, self.fp32_router = returns_logits, fp32_router
+
+    def router_logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fp32_router:
+            return F.linear(x.float(), self.gate.weight.float())
+        return F.linear(x, self.gate.weight, getattr(self.gate, "bias", None))
 
     def forward(self, hidden_states: torch.Tensor):
         x = hidden_states.reshape(-1, hidden_states.shape[-1])
-        router_logits = F.linear(x, self.gate.weight, getattr(self.gate, "bias", None))
-        out = self.experts(x, router_logits).reshape(hidden_states.shape)
-        return (out, router_logits) if self.returns_logits else out
+        logits = self.router_logits(x)
+        out = self.experts(x, logits)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        out = out.reshape(hidden_states.shape)
+        return (out, logits) if self.returns_logits else out
+
+
+def _routing(kind: str, block: torch.nn.Module, router: torch.nn.Module) -> dict:
+    """NVFP4MoE's routing arguments for a block of BLOCKS."""
+    if kind == "deepseek":
+        return dict(routing="sigmoid", norm_topk_prob=bool(router.norm_topk_prob), topk_group=int(router.topk_group),
+                    n_group=int(getattr(router, "n_group", getattr(router, "num_group", 1))),
+                    routed_scaling_factor=float(router.routed_scaling_factor), correction_bias=True)
+    norm = True if kind == "softmax, renormalised" else \
+        getattr(block, "norm_topk_prob", getattr(router, "norm_topk_prob", True))
+    return dict(norm_topk_prob=bool(norm))
 
 
 def swap_moe_blocks(model: torch.nn.Module) -> List[str]:
@@ -125,17 +151,19 @@ def swap_moe_blocks(model: torch.nn.Module) -> List[str]:
         experts = getattr(block, "experts", None)
         if spec is None or not isinstance(experts, torch.nn.ModuleList) or not len(experts):
             continue
-        projections, renormalise = spec
+        projections, kind = spec
         layers = [[getattr(ex, p, None) for ex in experts] for p in projections]
         if not all(type(layer) is NVFP4Linear and layer.bias is None for column in layers for layer in column):
             continue
         router = block.gate
-        if renormalise is None:
-            renormalise = getattr(block, "norm_topk_prob", getattr(router, "norm_topk_prob", True))
         top_k = getattr(block, "top_k", None) or router.top_k
-        moe = NVFP4MoE.from_linears(*layers, top_k, norm_topk_prob=bool(renormalise))
+        moe = NVFP4MoE.from_linears(*layers, top_k, **_routing(kind, block, router))
+        if kind == "deepseek":
+            moe.e_score_correction_bias.copy_(router.e_score_correction_bias)
+        # transformers 4.x's Qwen3-MoE and Mixtral blocks return (out, logits); 5's and DeepSeek's out
+        returns_logits = kind != "deepseek" and not isinstance(experts, ExpertList)
+        new = NVFP4MoEBlock(router, moe, returns_logits, getattr(block, "shared_experts", None), kind == "deepseek")
         parent, _, leaf = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, leaf,
-                NVFP4MoEBlock(router, moe, returns_logits=not isinstance(experts, ExpertList)))
+        setattr(model.get_submodule(parent) if parent else model, leaf, new)
         swapped.append(name)
     return swapped
