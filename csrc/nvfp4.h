@@ -112,7 +112,20 @@ typedef struct nvfp4_quantize {
   int32_t sf_layout;          /* enum nvfp4_sf_layout                           */
   const float *scale_ptr;     /* NULL, or the global scale in the kernel's memory */
   float scale;                /* the global scale when scale_ptr is NULL        */
+  const float *row_scale;     /* NULL, or one global scale per row (batch x rows,
+                                 in the kernel's memory), instead of the above  */
+  void *values;               /* NULL, or the quantized values written here
+                                 instead of codes and scales (below)            */
+  int32_t values_type;        /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16             */
+  int64_t values_batch_stride; /* elements                                      */
+  int64_t values_row_stride;  /* elements                                       */
 } nvfp4_quantize;
+
+/* Quantized values (values != NULL; data, sf and the layout unused): each
+ * code's e2m1 value times its block's e4m3 scale, before the global scale is
+ * divided out; exact in every values_type (at most 6 significant bits, 2^-10
+ * .. 2688). A W4A4 activation as a 16-bit operand: a kernel of 16-bit
+ * activations multiplies exactly what a gemm of the codes and scales would. */
 
 /* CPU (x_type NVFP4_F32 only): rows [r0, r1) of every batch, and the
  * padding rows among them (blocked: r1 may reach the padded row count). */

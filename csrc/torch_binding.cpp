@@ -872,13 +872,11 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
 #endif
 }
 
-/* Quantization: x [K], [R, K] or [L, R, K] (float32, float16 or bfloat16, K
- * contiguous, any other strides) -> (codes uint8 [..., K/2], scales
- * float8_e4m3fn linear [..., K/16] or blocked [L?, ceil(R/128), ceil(K/64),
- * 32, 4, 4]), the shapes the ops above take (x [K]: gemv's vector). Values are
- * x * global_scale (nvfp4_quantize_block in numerics.h). */
-std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor> &global_scale, bool blocked) {
-  const char *op = "nvfp4.quantize";
+/* Quantization's input x [K], [R, K] or [L, R, K] (float32, float16 or
+ * bfloat16, K contiguous, any other strides) and global scale (a float32
+ * tensor of one value, or, where rows_ok, one per row: x.shape[:-1]) into q. */
+void quantize_input(const char *op, nvfp4_quantize &q, const Tensor &x, const std::optional<Tensor> &global_scale,
+                    bool rows_ok) {
   const at::ScalarType type = x.scalar_type();
   TORCH_CHECK_TYPE(type == at::kFloat || type == at::kHalf || type == at::kBFloat16, op,
                    ": x must be float32, float16 or bfloat16, got ", type);
@@ -891,33 +889,79 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
   TORCH_CHECK_VALUE(x.device().is_cpu() || x.device().is_cuda(), op, ": tensors on ", x.device(),
                     " are not supported (CPU or CUDA)");
   const bool batched = x.dim() == 3, rows_dim = x.dim() >= 2;
-  const int64_t L = batched ? x.size(0) : 1, R = rows_dim ? x.size(-2) : 1, KB = K / 16;
-
-  nvfp4_quantize q{};
-  q.rows = R, q.k = K, q.batch = L;
+  q.rows = rows_dim ? x.size(-2) : 1, q.k = K, q.batch = batched ? x.size(0) : 1;
   q.scale = 1.0f;
   if (global_scale) {
     const Tensor &g = *global_scale;
     TORCH_CHECK_TYPE(g.scalar_type() == at::kFloat, op, ": global_scale must be a float32 tensor, got ",
                      g.scalar_type());
-    TORCH_CHECK_VALUE(g.numel() == 1, op, ": global_scale must hold one value, got shape ", g.sizes());
-    if (g.device().is_cpu()) {
+    const bool per_row = rows_ok && rows_dim && g.sizes() == x.sizes().slice(0, x.dim() - 1) && g.numel() != 1;
+    TORCH_CHECK_VALUE(g.numel() == 1 || per_row, op, ": global_scale must hold one value",
+                      rows_ok ? " or one per row (x.shape[:-1] = " + c10::str(x.sizes().slice(0, x.dim() - 1)) + ")"
+                              : std::string(),
+                      ", got shape ", g.sizes());
+    if (g.device().is_cpu() && !per_row) {
       q.scale = g.item<float>();  // host memory: no synchronisation
       TORCH_CHECK_VALUE(std::isfinite(q.scale) && q.scale > 0.0f, op, ": global_scale must be finite and positive, got ",
                         q.scale);
     } else {
       TORCH_CHECK_VALUE(g.device() == x.device(), op, ": global_scale is on ", g.device(), " but x is on ", x.device());
-      q.scale_ptr = g.const_data_ptr<float>();
+      TORCH_CHECK_VALUE(!per_row || g.is_contiguous(), op, ": a global_scale per row must be contiguous, got strides ",
+                        g.strides());
+      (per_row ? q.row_scale : q.scale_ptr) = g.const_data_ptr<float>();
     }
   }
+}
 
+/* q's kernel on x's device (x as quantize_input took it; q's outputs set). */
+void quantize_run(const char *op, nvfp4_quantize &q, const Tensor &x) {
+  const int64_t K = x.size(-1), R = q.rows;
+  if (x.device().is_cpu()) {
+#ifdef NVFP4_NO_CPU
+    TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
+#else
+    const Tensor x32 = x.to(at::kFloat).contiguous();  // the C kernel reads float32 (fp16 / bf16 convert exactly)
+    q.x = x32.const_data_ptr<float>(), q.x_type = NVFP4_F32;
+    q.x_row_stride = K, q.x_batch_stride = R * K;
+    std::atomic<int> status{NVFP4_OK};
+    at::parallel_for(0, nvfp4_sf_grid_rows(q.sf_layout, R), 16, [&](int64_t r0, int64_t r1) {
+      const nvfp4_status st = nvfp4_quantize_cpu(&q, r0, r1);
+      if (st != NVFP4_OK) status = st;
+    });
+    TORCH_CHECK(status == NVFP4_OK, op, ": CPU kernel failed: ", status_text((nvfp4_status)status.load()));
+#endif
+    return;
+  }
+#ifdef NVFP4_WITH_CUDA
+  c10::cuda::CUDAGuard guard(x.device());
+  const at::ScalarType type = x.scalar_type();
+  q.x = x.const_data_ptr();
+  q.x_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  q.x_row_stride = x.dim() >= 2 ? x.stride(-2) : 0, q.x_batch_stride = x.dim() == 3 ? x.stride(0) : 0;
+  const nvfp4_status st = nvfp4_quantize_cuda(&q, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st),
+              st == NVFP4_ERR_CUDA ? std::string(" (") + cudaGetErrorString(cudaGetLastError()) + ")" : "");
+#else
+  TORCH_CHECK_VALUE(false, op, ": this build of nvfp4_kernels has no CUDA kernels (built CPU-only)");
+#endif
+}
+
+/* Quantization: x -> (codes uint8 [..., K/2], scales float8_e4m3fn linear
+ * [..., K/16] or blocked [L?, ceil(R/128), ceil(K/64), 32, 4, 4]), the shapes
+ * the ops above take (x [K]: gemv's vector). Values are x * global_scale
+ * (nvfp4_quantize_block in numerics.h). */
+std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor> &global_scale, bool blocked) {
+  const char *op = "nvfp4.quantize";
+  nvfp4_quantize q{};
+  quantize_input(op, q, x, global_scale, false);
+  const int64_t K = q.k, R = q.rows, L = q.batch, KB = K / 16;
   const int32_t layout = blocked ? NVFP4_SF_BLOCKED : NVFP4_SF_LINEAR;
   /* the scale grid written, the blocked layout's padding included */
   const int64_t grid_rows = nvfp4_sf_grid_rows(layout, R), grid_cols = nvfp4_sf_grid_cols(layout, KB);
   c10::SmallVector<int64_t, 6> data_shape(x.sizes().begin(), x.sizes().end()), sf_shape;
   data_shape.back() = K / 2;
   if (blocked) {
-    if (batched) sf_shape.push_back(L);
+    if (x.dim() == 3) sf_shape.push_back(L);
     for (int64_t d : {grid_rows / 128, grid_cols / 4, (int64_t)32, (int64_t)4, (int64_t)4}) sf_shape.push_back(d);
   } else {
     sf_shape.assign(x.sizes().begin(), x.sizes().end());
@@ -932,35 +976,26 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
   q.sf_row_stride = blocked ? 0 : KB;
   q.sf_batch_stride = grid_rows * grid_cols;
   if (R == 0 || L == 0) return {data, sf};
-
-  if (x.device().is_cpu()) {
-#ifdef NVFP4_NO_CPU
-    TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
-#else
-    const Tensor x32 = x.to(at::kFloat).contiguous();  // the C kernel reads float32 (fp16 / bf16 convert exactly)
-    q.x = x32.const_data_ptr<float>(), q.x_type = NVFP4_F32;
-    q.x_row_stride = K, q.x_batch_stride = R * K;
-    std::atomic<int> status{NVFP4_OK};
-    at::parallel_for(0, grid_rows, 16, [&](int64_t r0, int64_t r1) {
-      const nvfp4_status st = nvfp4_quantize_cpu(&q, r0, r1);
-      if (st != NVFP4_OK) status = st;
-    });
-    TORCH_CHECK(status == NVFP4_OK, op, ": CPU kernel failed: ", status_text((nvfp4_status)status.load()));
-#endif
-    return {data, sf};
-  }
-#ifdef NVFP4_WITH_CUDA
-  c10::cuda::CUDAGuard guard(x.device());
-  q.x = x.const_data_ptr();
-  q.x_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
-  q.x_row_stride = rows_dim ? x.stride(-2) : 0, q.x_batch_stride = batched ? x.stride(0) : 0;
-  const nvfp4_status st = nvfp4_quantize_cuda(&q, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
-  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st),
-              st == NVFP4_ERR_CUDA ? std::string(" (") + cudaGetErrorString(cudaGetLastError()) + ")" : "");
-#else
-  TORCH_CHECK_VALUE(false, op, ": this build of nvfp4_kernels has no CUDA kernels (built CPU-only)");
-#endif
+  quantize_run(op, q, x);
   return {data, sf};
+}
+
+/* Quantized values (nvfp4.h): x -> a tensor like x (contiguous) of the values
+ * quantize(x, global_scale)'s codes and scales stand for, exact; global_scale
+ * one value or one per row. */
+Tensor quantized_values(const Tensor &x, const std::optional<Tensor> &global_scale) {
+  const char *op = "nvfp4.quantized_values";
+  nvfp4_quantize q{};
+  quantize_input(op, q, x, global_scale, true);
+  Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (q.rows == 0 || q.batch == 0) return out;
+  const at::ScalarType type = x.scalar_type();
+  q.sf_layout = NVFP4_SF_LINEAR;
+  q.values = out.data_ptr();
+  q.values_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  q.values_row_stride = q.k, q.values_batch_stride = q.rows * q.k;
+  quantize_run(op, q, x);
+  return out;
 }
 
 /* The ops have no derivative. A call that autograd would record (grad mode
@@ -1024,6 +1059,7 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("competition_dual_gemm(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, "
         "Tensor sfa_perm, Tensor sfb1_perm, Tensor sfb2_perm, Tensor(a!) c) -> ()");
   m.def("quantize(Tensor x, Tensor? global_scale=None, bool blocked=False) -> (Tensor, Tensor)");
+  m.def("quantized_values(Tensor x, Tensor? global_scale=None) -> Tensor");
   m.def("kernel_name(str op, Tensor[] tensors) -> str");
 }
 
@@ -1046,6 +1082,7 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("competition_gemm", &competition_gemm);             \
   m.impl("competition_dual_gemm", &competition_dual_gemm);    \
   m.impl("quantize", &quantize);                             \
+  m.impl("quantized_values", &quantized_values);             \
   m.impl("kernel_name", &kernel_name);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
@@ -1053,7 +1090,7 @@ NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, Autograd, m) {
   for (const char *op : {"gemv", "gemv_out", "gemm", "gemm_out", "dual_gemm", "dual_gemm_out", "group_gemm",
                          "group_gemm_out", "gemm_w4a16", "gemm_w4a16_out", "dual_gemm_w4a16", "dual_gemm_w4a16_out",
-                         "grouped_mm", "grouped_mm_out", "quantize"})
+                         "grouped_mm", "grouped_mm_out", "quantize", "quantized_values"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_autograd>());
 }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

@@ -154,6 +154,10 @@ def main(only):
                 got, want = nk.quantize(xs, global_scale=g, sf_layout=lay), reference.quantize(xs.cpu(), 0.5, lay)
                 bad += not (torch.equal(got[0].cpu(), want[0]) and
                             torch.equal(got[1].cpu().view(torch.uint8), want[1].view(torch.uint8)))
+                # quantized values, a global scale per row (rows of the unaligned view: scalar stores)
+                rows = torch.rand(xs.shape[:-1], generator=gen).to(dev) + 0.25
+                got = nk.quantized_values(xs, global_scale=rows)
+                bad += not torch.equal(got.cpu(), reference.quantized_values(xs.cpu(), rows.cpu()))
     if section("epilogue, w4a16"):
         # The epilogue (csrc/cuda/common.cuh) on the GEMV (roles swapped: a bias by row), skinny, wgmma and mma.sync
         # routes: bf16 out, a bias, alphas as device tensors; and W4A16 (csrc/cuda/w4a16.cu): fp16 and bf16

@@ -12,6 +12,7 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out=None)  the dual of those
     grouped_mm(x, w, w_sf, offs, *, gated=False)         x's rows by expert (MoE): offs on the device
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
+    quantized_values(x, *, global_scale=None)            the values those codes and scales stand for
     kernel_name(op, *args)                               which kernel op(*args) runs, and how
 
 The matmul ops take alphas (per-tensor scales), gemm a bias, and return fp16
@@ -29,10 +30,10 @@ import torch  # noqa: F401  (loads the libraries _C links against)
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
 from . import layouts, nn, reference
 from .ops import (dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, grouped_mm, kernel_name,
-                  quantize)
+                  quantize, quantized_values)
 
 WITH_CUDA = bool(_C.with_cuda)
 
 __all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "grouped_mm", "quantize",
-           "kernel_name",
+           "quantized_values", "kernel_name",
            "reference", "layouts", "nn", "WITH_CUDA"]

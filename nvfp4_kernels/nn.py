@@ -38,7 +38,7 @@ from typing import Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import ops, reference
+from . import ops
 
 MODES = ("w4a4", "w4a16")
 _AMAX_TO_SCALE = 6.0 * 448.0  # e2m1's largest value times e4m3's: the divisor's denominator
@@ -515,12 +515,11 @@ class NVFP4MoE(torch.nn.Module):
 
     def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor):
         """w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact values
-        in x's dtype (reference.dequantize); w4a16: the rows. Device ops only (a CUDA graph captures
-        them)."""
+        in x's dtype (ops.quantized_values: one kernel); w4a16: the rows. Device ops only (a CUDA
+        graph captures them)."""
         if self.mode == "w4a16":
             return x
-        codes, sf = ops.quantize(x.float() * global_scale[expert_of_row][:, None])  # = quantize(x, g): fp32(x g)
-        return reference.dequantize(codes, sf, x.dtype)
+        return ops.quantized_values(x, global_scale=global_scale[expert_of_row])
 
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dtype not in _ACT_DTYPES or x.dim() != 2 \

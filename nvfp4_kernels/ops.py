@@ -190,6 +190,21 @@ def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear", conven
                                     sf_layout == "blocked")
 
 
+def quantized_values(x, *, global_scale: Alpha = None) -> torch.Tensor:
+    """The values quantize(x, global_scale=global_scale)'s codes and scales stand for, before the
+    global scale is divided out: per 16 values, each code's e2m1 value times the block's e4m3
+    scale; in x's dtype (exact: at most 6 significant bits), contiguous, x's shape. One kernel.
+
+    A W4A4 activation as a 16-bit operand: gemm_w4a16 / grouped_mm of these values with alpha
+    divided by global_scale gives exactly what a gemm of the codes and scales gives.
+    global_scale: as quantize's, or a float32 tensor of one value per row (x.shape[:-1], on x's
+    device): each row quantized with its own (a mixture of experts' rows, each with its expert's).
+    reference.quantized_values is the definition.
+    """
+    return torch.ops.nvfp4.quantized_values(x, _scalar("quantized_values", "global_scale", global_scale,
+                                                       positive=True))
+
+
 def kernel_name(op: str, *args) -> str:
     """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
     e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
@@ -290,6 +305,14 @@ def _(x, global_scale=None, blocked=False):
     rows = x.shape[-2] if x.dim() >= 2 else 1
     lead = (x.shape[0],) if x.dim() == 3 else ()
     return data, x.new_empty((*lead, -(-rows // 128), -(-k // 64), 32, 4, 4), dtype=torch.float8_e4m3fn)
+
+
+@torch.library.register_fake("nvfp4::quantized_values")
+def _(x, global_scale=None):
+    per_row = isinstance(global_scale, torch.Tensor) and global_scale.numel() != 1
+    _one_device("quantized_values", (x, global_scale) if per_row else (x,),
+                [] if per_row else [("global_scale", global_scale)])
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def _register_out_fake(name, scalars=()):

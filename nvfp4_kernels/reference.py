@@ -180,7 +180,8 @@ def encode_e2m1(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def quantize(x: torch.Tensor, global_scale=None, sf_layout: str = "linear"):
     """The definition of ops.quantize: x [..., K] -> (codes uint8 [..., K/2], e4m3 scales).
 
-    Per 16 values along K, with g = global_scale (default 1) and float32 rounded to nearest:
+    Per 16 values along K, with g = global_scale (default 1; or one per row, x.shape[:-1]) and
+    float32 rounded to nearest:
         scale = e4m3(fp32(fp32(amax(|x|) * g) / 6))   (nearest even, saturating at 448)
         code  = e2m1(y / scale), y = fp32(x * g)      (the exact quotient to nearest even,
                                                        saturating at 6; 0 where the scale is 0)
@@ -189,6 +190,7 @@ def quantize(x: torch.Tensor, global_scale=None, sf_layout: str = "linear"):
     """
     k = x.shape[-1]
     g = torch.as_tensor(1.0 if global_scale is None else global_scale, dtype=torch.float32, device=x.device)
+    g = g.reshape(()) if g.numel() == 1 else g.unsqueeze(-1)  # one value, or one per row (x.shape[:-1])
     blocks = x.to(torch.float32).unflatten(-1, (k // BLOCK, BLOCK))
     amax = blocks.abs().amax(-1)
     # the division in float64, then rounded once to float32: fp32(amax * g / 6) on every device
@@ -196,8 +198,15 @@ def quantize(x: torch.Tensor, global_scale=None, sf_layout: str = "linear"):
     # one block in ~10^7 of float32 input then rounds to the other e4m3 neighbour)
     sf = ((amax * g).double() / 6).float().clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
     s = sf.to(torch.float32).unsqueeze(-1)
-    codes = torch.where(s == 0, 0, encode_e2m1(blocks * g, s).to(torch.int32)).to(torch.uint8)
+    codes = torch.where(s == 0, 0, encode_e2m1(blocks * g.unsqueeze(-1), s).to(torch.int32)).to(torch.uint8)
     data = pack_fp4(codes.flatten(-2))
     if sf_layout == "blocked":  # a vector [K] is one row
         sf = to_blocked(sf if x.dim() >= 2 else sf.unsqueeze(0), pad=0)
     return data, sf
+
+
+def quantized_values(x: torch.Tensor, global_scale=None) -> torch.Tensor:
+    """The definition of ops.quantized_values: dequantize(quantize(x, global_scale)) in x's dtype
+    (exact), before the global scale is divided out. global_scale: one value, or one per row."""
+    data, sf = quantize(x if x.dim() >= 2 else x.unsqueeze(0), global_scale)
+    return dequantize(data, sf, x.dtype).reshape(x.shape)

@@ -217,3 +217,119 @@ def test_cuda_graph(gen):
         g.fill_(scale)
         graph.replay()
         assert_same_bytes((d, s), reference.quantize(x.cpu(), scale), f"graph replay, g={scale}")
+
+
+# ---- quantized_values: the values the codes and scales stand for, in x's dtype -------------------
+def assert_same_values(got, want, what):
+    """Bit for bit (signed zeros too), NaN where want is NaN."""
+    assert got.dtype == want.dtype and got.shape == want.shape, \
+        f"{what}: {got.dtype} {tuple(got.shape)} vs {want.dtype} {tuple(want.shape)}"
+    assert got.is_contiguous(), f"{what}: not contiguous"
+    g, w = got.cpu(), want.cpu()
+    nan = torch.isnan(w)
+    assert torch.equal(torch.isnan(g), nan), f"{what}: NaN at other places"
+    ints = {2: torch.int16, 4: torch.int32}[g.element_size()]
+    bad = ((g.view(ints) != w.view(ints)) & ~nan).nonzero()
+    assert bad.numel() == 0, f"{what}: {bad.shape[0]} values differ, first at {bad[0].tolist()}"
+
+
+def per_row_scales(shape, gen, device):
+    e = torch.randint(-12, 12, shape, generator=gen).float() + torch.rand(shape, generator=gen)
+    return torch.exp2(e).to(device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(16,), (1, 48), (7, 1040), (2, 129, 80), (3, 1, 256)])
+def test_quantized_values_match_reference(device, gen, dtype, shape):
+    """Against reference.quantized_values (dequantize of quantize, exact) and against the codes and
+    scales quantize writes, for one global scale and for one per row; NaN and inf in the input."""
+    x = wide_values(shape, gen, dtype)
+    x.view(-1)[::37] = float("nan")
+    x.view(-1)[5::41] = float("inf")
+    scales = [None, 0.37, torch.tensor(3.0e-4), torch.tensor(5.5, device=device)]
+    if len(shape) >= 2:
+        scales.append(per_row_scales(shape[:-1], gen, device))
+    for g in scales:
+        got = nk.quantized_values(x.to(device), global_scale=g)
+        g_cpu = g.cpu() if isinstance(g, torch.Tensor) else g
+        want = reference.quantized_values(x, g_cpu)
+        assert_same_values(got, want, f"{dtype} {shape} g={g} on {device}")
+        if g is None or not isinstance(g, torch.Tensor) or g.numel() == 1:
+            d, s = nk.quantize(x.to(device), global_scale=g)
+            d, s = d.cpu().reshape(-1, d.shape[-1]), s.cpu().reshape(-1, s.shape[-1])
+            assert_same_values(got, reference.dequantize(d, s, dtype).reshape(shape), "vs quantize")
+
+
+def test_quantized_values_rows_alone(device, gen):
+    """Each row with its own global scale is that row quantized alone (rows of a batch too), and
+    strided rows (not 16-byte aligned) read as contiguous ones."""
+    x = wide_values((2, 9, 160), gen, torch.bfloat16).to(device)
+    g = per_row_scales((2, 9), gen, device)
+    got = nk.quantized_values(x, global_scale=g)
+    for b in range(2):
+        for r in range(9):
+            assert_same_values(got[b, r], nk.quantized_values(x[b, r], global_scale=g[b, r].reshape(())),
+                               f"row {b}, {r}")
+    strided = wide_values((9, 192), gen, torch.float16).to(device)[:, 8:-24]
+    assert_same_values(nk.quantized_values(strided, global_scale=g[0]),
+                       nk.quantized_values(strided.contiguous(), global_scale=g[0]), "strided rows")
+
+
+@needs_cuda
+def test_quantized_values_wide_launch(gen):
+    """Enough 128-column items that each lane takes four blocks (quantize.cu, PER = 4)."""
+    rows = torch.cuda.get_device_properties(0).multi_processor_count * 32 + 5
+    for dtype in DTYPES:
+        x = wide_values((rows, 2064), gen, dtype)
+        x[::97, 3], x[7::89, 2063] = float("nan"), -float("inf")
+        g = per_row_scales((rows,), gen, "cpu")
+        assert_same_values(nk.quantized_values(x.cuda(), global_scale=g.cuda()), reference.quantized_values(x, g),
+                           f"{dtype} {rows} x 2064")
+
+
+def test_quantized_values_errors(device):
+    x = torch.randn(4, 64, device=device)
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        nk.quantized_values(x.to(torch.int32))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nk.quantized_values(x[:, :40])
+    with pytest.raises(ValueError, match=r"one value or one per row \(x.shape\[:-1\] = \[4\]\), got shape \[5\]"):
+        nk.quantized_values(x, global_scale=torch.ones(5, device=device))
+    with pytest.raises(ValueError, match=r"one per row"):
+        nk.quantized_values(x, global_scale=torch.ones(4, 1, device=device))
+    with pytest.raises(ValueError, match=r"x.shape\[:-1\] = \[\]\), got shape \[2\]"):  # a vector [K]: one row
+        nk.quantized_values(x[0], global_scale=torch.ones(2, device=device))
+    with pytest.raises(TypeError, match="global_scale must be a float32"):
+        nk.quantized_values(x, global_scale=torch.ones(4, dtype=torch.float64, device=device))
+    with pytest.raises(ValueError, match="must be contiguous"):
+        nk.quantized_values(x, global_scale=torch.ones(4, 2, device=device)[:, 0])
+    with pytest.raises(ValueError, match=r"global_scale=-1.0 must be positive"):
+        nk.quantized_values(x, global_scale=-1.0)
+    with pytest.raises(ValueError, match="not differentiable"):
+        nk.quantized_values(x.requires_grad_())
+    if device == "cuda":
+        with pytest.raises(ValueError, match="global_scale is on"):
+            nk.quantized_values(x.detach(), global_scale=torch.ones(4))
+
+
+def test_quantized_values_torch_citizen(device, gen):
+    x = wide_values((2, 33, 96), gen, torch.bfloat16).to(device)
+    g = per_row_scales((2, 33), gen, device)
+    torch.library.opcheck(torch.ops.nvfp4.quantized_values.default, (x, g))
+    torch.library.opcheck(torch.ops.nvfp4.quantized_values.default, (x[0], torch.tensor(0.75)))
+    f = torch.compile(lambda x, g: nk.quantized_values(x, global_scale=g), fullgraph=True)
+    assert torch.equal(f(x, g), nk.quantized_values(x, global_scale=g)), f"compiled differs from eager on {device}"
+
+
+@needs_cuda
+def test_quantized_values_cuda_graph(gen):
+    x = wide_values((5, 256), gen, torch.float16).cuda()
+    g = torch.ones(5, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = nk.quantized_values(x, global_scale=g)
+    for _ in range(2):
+        x.copy_(wide_values((5, 256), gen, torch.float16))
+        g.copy_(per_row_scales((5,), gen, "cpu"))
+        graph.replay()
+        assert_same_values(out, reference.quantized_values(x.cpu(), g.cpu()), "graph replay")

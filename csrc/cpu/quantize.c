@@ -3,21 +3,43 @@
  *
  * Rows [r0, r1) of every batch, 16 values at a time through
  * nvfp4_quantize_block (numerics.h), the definition every quantize kernel
- * shares. The torch binding converts float16 / bfloat16 input to float32
+ * shares; or, where q->values is set, the values the codes and scales stand
+ * for (nvfp4.h). The torch binding converts float16 / bfloat16 input to float32
  * first (exact) and splits the rows across its thread pool. Memory-bound:
  * 4 bytes read and 0.5625 written per value.
  */
 #include "../numerics.h"
 
+/* Row r's 16-value block kb as quantized values (nvfp4.h), in values_type. */
+static void write_values(const nvfp4_quantize *q, int64_t l, int64_t r, int64_t kb, const float *x, float g) {
+  uint8_t codes[8];
+  const float s = nvfp4_e4m3_to_float(nvfp4_quantize_block(x, g, codes));
+  const int64_t at = l * q->values_batch_stride + r * q->values_row_stride + kb * 16;
+  for (int i = 0; i < 16; i++) {
+    const float v = nvfp4_e2m1_to_float((codes[i / 2] >> (4 * (i % 2))) & 15u) * s; /* exact */
+    if (q->values_type == NVFP4_F32) ((float *)q->values)[at + i] = v;
+    else if (q->values_type == NVFP4_BF16) ((uint16_t *)q->values)[at + i] = nvfp4_float_to_bf16_bits(v);
+    else ((uint16_t *)q->values)[at + i] = nvfp4_float_to_half_bits(v);
+  }
+}
+
 nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1) {
   if (q->x_type != NVFP4_F32 || q->k <= 0 || q->k % 16) return NVFP4_ERR_INVALID;
+  if (q->values && q->values_type != NVFP4_F32 && q->values_type != NVFP4_F16 && q->values_type != NVFP4_BF16)
+    return NVFP4_ERR_INVALID;
   const int64_t k_blocks = q->k / 16;
   const int64_t kb_pad = nvfp4_sf_grid_cols(q->sf_layout, k_blocks); /* the blocked layout's padding too */
-  const float g = q->scale_ptr ? *q->scale_ptr : q->scale;
   for (int64_t l = 0; l < q->batch; l++) {
     const float *xl = (const float *)q->x + l * q->x_batch_stride;
-    uint8_t *sf = q->sf + l * q->sf_batch_stride;
+    uint8_t *sf = q->values ? NULL : q->sf + l * q->sf_batch_stride;
     for (int64_t r = r0; r < r1; r++) {
+      const float g = q->row_scale ? (r < q->rows ? q->row_scale[l * q->rows + r] : 1.0f)
+                                   : q->scale_ptr ? *q->scale_ptr : q->scale;
+      if (q->values) {
+        if (r < q->rows)
+          for (int64_t kb = 0; kb < k_blocks; kb++) write_values(q, l, r, kb, xl + r * q->x_row_stride + kb * 16, g);
+        continue;
+      }
       for (int64_t kb = 0; kb < kb_pad; kb++) {
         uint8_t *sf_at = sf + nvfp4_sf_offset(q->sf_layout, q->sf_row_stride, k_blocks, r, kb);
         if (r >= q->rows || kb >= k_blocks) { /* padding */

@@ -8,7 +8,8 @@
  * 16 values from global memory into registers (two or four 16-byte loads
  * where rows are 16-byte aligned), nvfp4_quantize_block_device (numerics.cuh:
  * the bytes of numerics.h's definition), one 8-byte store of the codes and
- * one byte of scale. Each load instruction of a warp reads 32 consecutive
+ * one byte of scale (quantized values, nvfp4.h: the block's 16 values in x's
+ * type instead). Each load instruction of a warp reads 32 consecutive
  * blocks, 1 KB of 16-bit input; each store writes 256 contiguous bytes of
  * codes.
  *
@@ -79,27 +80,68 @@ __device__ __forceinline__ void load16(const T *p, float (&x)[16]) {
   }
 }
 
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+/* A block's quantized values (nvfp4.h: code value x scale, exact in T) at p;
+ * VEC: p is 16-byte aligned. */
+template <typename T, bool VEC>
+__device__ __forceinline__ void store_values(T *p, const uint8_t (&codes)[8], uint32_t sf) {
+  const float s = nvfp4_e4m3_to_float(sf);
+  T v[16];
+#pragma unroll
+  for (int i = 0; i < 16; i++) v[i] = from_float<T>(nvfp4_e2m1_to_float((codes[i / 2] >> (4 * (i % 2))) & 15u) * s);
+  if constexpr (VEC) {
+#pragma unroll
+    for (int c = 0; c < (int)sizeof(v) / 16; c++) reinterpret_cast<uint4 *>(p)[c] = reinterpret_cast<const uint4 *>(v)[c];
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; i++) p[i] = v[i];
+  }
+}
+
 /* A warp's item: 32 * PER consecutive scale columns of one row (PER per
  * lane, lanes adjacent: each load instruction covers 32 consecutive blocks).
  * The row's bases are computed once per item; the index arithmetic, 32-bit
  * divisions wherever the items fit in I = int32_t (a 64-bit one is a
  * subroutine of ~70 instructions), is shared by PER blocks. PER = 4 where
  * the launch has enough such items, else 1. */
-template <typename T, bool VEC, typename I, int PER>
+template <typename T, bool VEC, typename I, int PER, bool VALUES>
 __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize q, I rows_pad, I kb_pad) {
   constexpr int CHUNK = 32 * PER;
   const int64_t k_blocks = q.k / 16;
   const I chunks = (kb_pad + CHUNK - 1) / CHUNK, items = (I)q.batch * rows_pad * chunks;
-  const float g = q.scale_ptr ? *q.scale_ptr : q.scale;
+  const float g_all = q.scale_ptr ? *q.scale_ptr : q.scale;
   const int lane = threadIdx.x % 32;
   const I warps = (I)gridDim.x * (THREADS / 32);
   for (I w = (I)blockIdx.x * (THREADS / 32) + threadIdx.x / 32; w < items; w += warps) {
     const I lr = w / chunks, chunk = w - lr * chunks, l = lr / rows_pad, r = lr - l * rows_pad;
     const T *x_row = static_cast<const T *>(q.x) + l * q.x_batch_stride + r * q.x_row_stride;
-    uint8_t *data_row = q.data + l * q.data_batch_stride + r * q.data_row_stride;
-    uint8_t *sf_row = q.sf + l * q.sf_batch_stride + nvfp4_sf_offset(q.sf_layout, q.sf_row_stride, k_blocks, r, 0);
     const I kb0 = chunk * CHUNK + lane;
     const bool pad_row = r >= q.rows;
+    const float g = q.row_scale && !pad_row ? q.row_scale[l * q.rows + r] : g_all;
+    if constexpr (VALUES) { /* no padding: rows_pad, kb_pad are the rows and blocks */
+      T *values_row = static_cast<T *>(q.values) + l * q.values_batch_stride + r * q.values_row_stride;
+#pragma unroll
+      for (int j = 0; j < PER; j++) {
+        const I kb = kb0 + 32 * j;
+        if (kb >= kb_pad) break;
+        float x[16];
+        load16<T, VEC>(x_row + (int64_t)kb * 16, x);
+        uint8_t codes[8];
+        const uint32_t sf = nvfp4_quantize_block_device(x, g, codes);
+        store_values<T, VEC>(values_row + (int64_t)kb * 16, codes, sf);
+      }
+      continue;
+    }
+    uint8_t *data_row = q.data + l * q.data_batch_stride + r * q.data_row_stride;
+    uint8_t *sf_row = q.sf + l * q.sf_batch_stride + nvfp4_sf_offset(q.sf_layout, q.sf_row_stride, k_blocks, r, 0);
 #pragma unroll
     for (int j = 0; j < PER; j++) {
       const I kb = kb0 + 32 * j;
@@ -122,7 +164,8 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
 
 template <typename T, typename I, int PER>
 void launch_per(const nvfp4_quantize &q, bool vec, int64_t ctas, I rows_pad, I kb_pad, cudaStream_t stream) {
-  auto kernel = vec ? quantize_kernel<T, true, I, PER> : quantize_kernel<T, false, I, PER>;
+  auto kernel = q.values ? (vec ? quantize_kernel<T, true, I, PER, true> : quantize_kernel<T, false, I, PER, true>)
+                         : (vec ? quantize_kernel<T, true, I, PER, false> : quantize_kernel<T, false, I, PER, false>);
   kernel<<<(unsigned)ctas, THREADS, 0, stream>>>(q, rows_pad, kb_pad);
 }
 
@@ -137,7 +180,10 @@ cudaError_t launch(const nvfp4_quantize &q, cudaStream_t stream) {
   const int64_t items = q.batch * rows_pad * ((kb_pad + (four ? 127 : 31)) / (four ? 128 : 32));
   if (items == 0) return cudaSuccess;
   const int64_t ctas = std::min<int64_t>((items + WARPS - 1) / WARPS, (int64_t)sms * 16);
-  const bool vec = aligned(q.x, 16) && (q.x_row_stride * sizeof(T)) % 16 == 0 && (q.x_batch_stride * sizeof(T)) % 16 == 0;
+  bool vec = aligned(q.x, 16) && (q.x_row_stride * sizeof(T)) % 16 == 0 && (q.x_batch_stride * sizeof(T)) % 16 == 0;
+  if (q.values)
+    vec = vec && aligned(q.values, 16) && (q.values_row_stride * sizeof(T)) % 16 == 0 &&
+          (q.values_batch_stride * sizeof(T)) % 16 == 0;
   /* 32-bit items while the last grid-stride step stays below 2^31 */
   if (items + ctas * WARPS <= INT32_MAX && kb_pad <= INT32_MAX) {
     if (four) launch_per<T, int32_t, 4>(q, vec, ctas, (int32_t)rows_pad, (int32_t)kb_pad, stream);
@@ -152,8 +198,9 @@ cudaError_t launch(const nvfp4_quantize &q, cudaStream_t stream) {
 }  // namespace
 
 extern "C" nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream) {
-  if (q->k <= 0 || q->k % 16 || q->rows < 0 || q->batch < 0 || !aligned(q->data, 8) || q->data_row_stride % 8 ||
-      q->data_batch_stride % 8)
+  if (q->k <= 0 || q->k % 16 || q->rows < 0 || q->batch < 0) return NVFP4_ERR_INVALID;
+  if (q->values ? q->values_type != q->x_type || q->sf_layout != NVFP4_SF_LINEAR
+                : !aligned(q->data, 8) || q->data_row_stride % 8 || q->data_batch_stride % 8)
     return NVFP4_ERR_INVALID;
   cudaError_t e;
   switch (q->x_type) {
