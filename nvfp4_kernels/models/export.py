@@ -34,6 +34,7 @@ from .. import conventions, ops
 from ..nn import MODES, NVFP4Linear
 from .config import W4A4, W4A16, modelopt_hf_quant_config, modelopt_quantization_config
 from .layers import CompressedTensorsNVFP4Linear, NVFP4SplitLinear
+from .loading import RENAMES
 from .moe import refuse_experts, unfuse_experts
 
 _AMAX_TO_SCALE = 6.0 * 448.0
@@ -243,9 +244,31 @@ def _shard_bytes(size) -> int:
     return int(float(m.group(1)) * {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2).upper()])
 
 
+def _checkpoint_name(model: torch.nn.Module):
+    """name -> its name in the checkpoint: the module names transformers 5 changed (loading.RENAMES)
+    written as before, as transformers 5 writes them."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    pairs = [(f".{new}.", f".{old}.") for old, new, types in RENAMES if model_type in types]
+    modules = {n for n, _ in model.named_modules()}
+    pairs = [(new, old) for new, old in pairs if not any(old in f".{n}." for n in modules)]
+
+    def rename(name: str) -> str:
+        for new, old in pairs:
+            name = f".{name}.".replace(new, old)[1:-1]
+        return name
+    return rename
+
+
 def _state_dict(model: torch.nn.Module):
     """The checkpoint's tensors and quantized layers: {name: tensor}, {layer name: "W4A4" | "W4A16"},
     the plain nn.Linear names. Tied parameters are written once (under their first name)."""
+    out, algos, plain = _model_state_dict(model)
+    rename = _checkpoint_name(model)
+    return ({rename(k): t for k, t in out.items()}, {rename(k): a for k, a in algos.items()},
+            [rename(n) for n in plain])
+
+
+def _model_state_dict(model: torch.nn.Module):
     renames, algos, plain = {}, {}, []
     for name, mod in model.named_modules():
         if isinstance(mod, CompressedTensorsNVFP4Linear):

@@ -59,8 +59,10 @@ _ST_DTYPES = {
     "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
 }
 _FLOAT_ST = ("F16", "BF16", "F32", "F64")
-# module names transformers 5 changed: (checkpoint's, model's); Mixtral's sparse MoE block
-RENAMES = (("block_sparse_moe", "mlp"),)
+# module names transformers 5 changed: (checkpoint's, model's, the model types); Mixtral's sparse
+# MoE block. Loading renames where the checkpoint has the old name and the model the new one;
+# save_modelopt writes the old name for those model types, as transformers 5 saves them.
+RENAMES = (("block_sparse_moe", "mlp", ("mixtral",)),)
 # the tensor names of a quantized layer, by format: codes, block scales, weight scalar, input scalar
 _NAMES = {MODELOPT: ("weight", "weight_scale", "weight_scale_2", "input_scale"),
           COMPRESSED_TENSORS: ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale")}
@@ -137,7 +139,7 @@ class _Checkpoint:
         """Read the tensors under the names transformers 5 gives their modules (RENAMES), where the
         checkpoint uses the older name and the model the newer one."""
         modules = {n for n, _ in model.named_modules()}
-        for old, new in RENAMES:
+        for old, new, _ in RENAMES:
             if any(f".{old}." in f".{n}." for n in modules) or not any(f".{old}." in k for k in self.meta):
                 continue
             for k in [k for k in self.meta if f".{old}." in k]:
