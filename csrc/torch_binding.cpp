@@ -908,6 +908,10 @@ void quantize_input(const char *op, nvfp4_quantize &q, const Tensor &x, const st
       TORCH_CHECK_VALUE(g.device() == x.device(), op, ": global_scale is on ", g.device(), " but x is on ", x.device());
       TORCH_CHECK_VALUE(!per_row || g.is_contiguous(), op, ": a global_scale per row must be contiguous, got strides ",
                         g.strides());
+      /* host memory: checked without a sync (on the device, as one device scale, not checked) */
+      TORCH_CHECK_VALUE(!g.device().is_cpu() || at::all(at::isfinite(g) & (g > 0)).item<bool>(), op,
+                        ": global_scale must be finite and positive, got ", g.min().item<float>(), " .. ",
+                        g.max().item<float>());
       (per_row ? q.row_scale : q.scale_ptr) = g.const_data_ptr<float>();
     }
   }

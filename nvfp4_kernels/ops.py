@@ -198,7 +198,8 @@ def quantized_values(x, *, global_scale: Alpha = None) -> torch.Tensor:
     A W4A4 activation as a 16-bit operand: gemm_w4a16 / grouped_mm of these values with alpha
     divided by global_scale gives exactly what a gemm of the codes and scales gives.
     global_scale: as quantize's, or a float32 tensor of one value per row (x.shape[:-1], on x's
-    device): each row quantized with its own (a mixture of experts' rows, each with its expert's).
+    device; finite and positive, which is checked on the CPU only): each row quantized with its own
+    (a mixture of experts' rows, each with its expert's).
     reference.quantized_values is the definition.
     """
     return torch.ops.nvfp4.quantized_values(x, _scalar("quantized_values", "global_scale", global_scale,

@@ -536,6 +536,43 @@ def test_moe_transformers_5_fused_experts(tmp_path, gen):
                 fmt="modelopt", w4a4=True)
 
 
+def test_moe_transformers_5_partly_quantized_experts(tmp_path, gen):
+    """The config's exclusions name layers as the checkpoint does (Mixtral's block_sparse_moe, the
+    model's mlp): an excluded expert loads as a plain layer beside NVFP4 ones; where a block's
+    experts are all excluded, its fused module comes back, holding the checkpoint's weights; so
+    does quantize_model's when it quantizes none of them."""
+    from nvfp4_kernels.models.moe import ExpertList
+
+    src = toy(gen, experts=3)
+    layer0 = tuple(f"model.layers.0.mlp.experts.{e}.{p}" for e in range(3)
+                   for p in ("gate_proj", "up_proj", "down_proj"))
+    exclude = ("lm_head", "model.layers.1.mlp.experts.0.down_proj") + layer0
+    old = {k.replace(".mlp.", ".block_sparse_moe."): v for k, v in modelopt_tensors(src, gen, exclude=exclude).items()}
+    write(tmp_path, old, hf_quant=modelopt_config(exclude=[n.replace(".mlp.", ".block_sparse_moe.") for n in exclude]))
+    model = toy(gen)
+    fused0 = None
+    for b in model.model.layers:
+        b.mlp = torch.nn.Module()
+        b.mlp.experts = Qwen3MoeExperts(3, gen).to(BF16)
+        fused0 = fused0 or b.mlp.experts
+    report = load_checkpoint(model, tmp_path)
+    experts1 = model.model.layers[1].mlp.experts
+    assert type(experts1) is ExpertList and "model.layers.1.mlp.experts.0.down_proj" not in report.layers
+    assert type(experts1[0].down_proj) is torch.nn.Linear and type(experts1[0].up_proj) is NVFP4Linear
+    assert model.model.layers[0].mlp.experts is fused0  # all plain: fused again, with the checkpoint's weights
+    for e in range(3):
+        gate, up = (old[f"model.layers.0.block_sparse_moe.experts.{e}.{p}.weight"] for p in ("gate_proj", "up_proj"))
+        assert torch.equal(fused0.gate_up_proj[e], torch.cat([gate, up]))
+        assert torch.equal(fused0.down_proj[e], old[f"model.layers.0.block_sparse_moe.experts.{e}.down_proj.weight"])
+    # quantize_model leaving every expert alone: the same fused module, its own weights
+    model = toy(gen)
+    model.model.layers[0].mlp = torch.nn.Module()
+    model.model.layers[0].mlp.experts = fused = Qwen3MoeExperts(3, gen).to(BF16)
+    before = fused.gate_up_proj.detach().clone()
+    quantize_model(model, mode="w4a16", exclude=("lm_head", "*experts*"))
+    assert model.model.layers[0].mlp.experts is fused and torch.equal(fused.gate_up_proj, before)
+
+
 # ---- malformed checkpoints -------------------------------------------------------------------------
 Q = "model.layers.0.self_attn.q_proj"
 

@@ -305,6 +305,10 @@ def test_quantized_values_errors(device):
         nk.quantized_values(x, global_scale=torch.ones(4, 2, device=device)[:, 0])
     with pytest.raises(ValueError, match=r"global_scale=-1.0 must be positive"):
         nk.quantized_values(x, global_scale=-1.0)
+    if device == "cpu":  # per row: checked in host memory
+        for bad in (0.0, -2.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="finite and positive"):
+                nk.quantized_values(x, global_scale=torch.tensor([1.0, bad, 1.0, 1.0]))
     with pytest.raises(ValueError, match="not differentiable"):
         nk.quantized_values(x.requires_grad_())
     if device == "cuda":

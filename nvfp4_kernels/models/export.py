@@ -130,10 +130,12 @@ def quantize_model(model: torch.nn.Module, *, mode: str = "w4a4", exclude: Seque
         exclude = (exclude,)
     unfused = unfuse_experts(model)  # transformers 5's fused experts as per-expert nn.Linear layers
     try:
-        return _quantize_model(model, mode, exclude, calibration, fuse_shared_inputs)
+        _quantize_model(model, mode, exclude, calibration, fuse_shared_inputs)
     except BaseException:
         refuse_experts(model, unfused)
         raise
+    refuse_experts(model, unfused, plain_only=True)  # experts left unquantized: fused again
+    return model
 
 
 def _quantize_model(model, mode, exclude, calibration, fuse_shared_inputs):

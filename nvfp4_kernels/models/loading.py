@@ -134,6 +134,7 @@ class _Checkpoint:
                     raise ValueError(f"{index}: tensor {k} is mapped to {fname} but is not there")
 
         self._stored = {}  # a renamed tensor's name -> its name in the files
+        self._renamed = []  # RENAMES' (old, new) applied
 
     def rename(self, model: torch.nn.Module) -> None:
         """Read the tensors under the names transformers 5 gives their modules (RENAMES), where the
@@ -148,6 +149,14 @@ class _Checkpoint:
                     raise ValueError(f"the checkpoint holds both {k} and {renamed}")
                 self.meta[renamed] = self.meta.pop(k)
                 self._stored[renamed] = self._stored.pop(k, k)
+            self._renamed.append((old, new))
+
+    def stored_name(self, name: str) -> str:
+        """A module's name as the checkpoint (and its config's layer lists) names it."""
+        name = f".{name}."
+        for old, new in self._renamed:
+            name = name.replace(f".{new}.", f".{old}.")
+        return name[1:-1]
 
     def __contains__(self, name: str) -> bool:
         return name in self.meta
@@ -321,7 +330,7 @@ def _validate(model, ckpt, cfg, mode, fused, device):
         k, n, has_bias = mod.in_features, mod.out_features, mod.bias is not None
         dev = _device_of(mod, device)
         if name in v.ckpt_modules or _leaf(name) not in fused:
-            algo = cfg.layer_algo(name, mod)
+            algo = cfg.layer_algo(ckpt.stored_name(name), mod)
             if algo is None:
                 v.check_unquantized(name)
                 continue
@@ -339,11 +348,11 @@ def _validate(model, ckpt, cfg, mode, fused, device):
         missing = [s for s in slices if s not in v.ckpt_modules]
         if missing:
             if len(missing) == len(slices):  # neither fused nor sliced: report the fused name's tensor
-                algo = cfg.layer_algo(name, mod)
+                algo = cfg.layer_algo(ckpt.stored_name(name), mod)
                 raise ValueError(f"missing tensor {name}.{v.names[0] if algo else 'weight'}")
             raise ValueError(f"the model's fused {name} needs the checkpoint's {', '.join(slices)}; missing "
                              f"{', '.join(missing)}")
-        algos = {s: cfg.layer_algo(s, mod) for s in slices}
+        algos = {s: cfg.layer_algo(ckpt.stored_name(s), mod) for s in slices}
         if len(set(algos.values())) != 1:
             raise ValueError(f"the model's fused {name}: its checkpoint slices are quantized differently: {algos}")
         algo = algos[slices[0]]
@@ -509,13 +518,18 @@ def load_checkpoint(model: torch.nn.Module, path, *, mode: Optional[str] = None,
             b = torch.cat([ckpt.get(f"{s}.bias") for s in slices]).to(dev, dtype) if mod.bias is not None else None
             new_plain_fused[name] = (w, b)
         sd = model.state_dict(keep_vars=True)
+        # what the model keeps in float32 whatever its dtype (transformers' lists: DeepSeek-V3's
+        # routing bias), by a component of the tensor's name
+        keep32 = set(getattr(model, "_keep_in_fp32_modules_strict", None) or ()) | set(
+            getattr(model, "_keep_in_fp32_modules", None) or ())
         tensors = {}
         for key, ck_key in plain.items():
             old = sd[key]
             dev = torch.device(device) if device is not None else (
                 torch.device("cpu") if old.device.type == "meta" else old.device)
             t = ckpt.get(ck_key)
-            tensors[key] = t.to(dev, dtype) if t.is_floating_point() else t.to(dev)
+            want = torch.float32 if keep32 & set(key.split(".")) else dtype
+            tensors[key] = t.to(dev, want) if t.is_floating_point() else t.to(dev)
     except BaseException:
         refuse_experts(model, unfused)
         raise
@@ -545,6 +559,7 @@ def load_checkpoint(model: torch.nn.Module, path, *, mode: Optional[str] = None,
                 owner._parameters[leaf] = new
             else:
                 owner._buffers[leaf] = new
+    refuse_experts(model, unfused, plain_only=True)  # experts the checkpoint left unquantized: fused again
     if cfg.kv_cache:
         warnings.warn(f"the checkpoint quantizes the KV cache ({cfg.kv_cache}); it is kept in {dtype} here and its "
                       "scales are unused", stacklevel=2)

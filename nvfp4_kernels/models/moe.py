@@ -96,30 +96,56 @@ def unfuse_experts(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
     return done
 
 
-def refuse_experts(model: torch.nn.Module, unfused: List[Tuple[str, torch.nn.Module]]) -> None:
-    """Undo unfuse_experts: the fused modules back in their places."""
+def refuse_experts(model: torch.nn.Module, unfused: List[Tuple[str, torch.nn.Module]], *,
+                   plain_only: bool = False) -> None:
+    """Undo unfuse_experts: the fused modules back in their places. plain_only (after a load or a
+    quantization): only where the ExpertList holds no NVFP4 layer, its experts' weights (new ones,
+    or still the views) stacked back into the fused module's parameters."""
     for name, mod in unfused:
+        if plain_only:
+            experts = model.get_submodule(name)
+            if not isinstance(experts, ExpertList) or any(isinstance(m, NVFP4Linear) for m in experts.modules()):
+                continue
+            with torch.no_grad():
+                gate, up, down = ([getattr(ex, n).weight for ex in experts] for n in experts[0].names)
+                views = all(w.untyped_storage().data_ptr() == mod.gate_up_proj.untyped_storage().data_ptr()
+                            for w in gate + up) and all(
+                    w.untyped_storage().data_ptr() == mod.down_proj.untyped_storage().data_ptr() for w in down)
+                if not views:  # loaded anew: stack them
+                    grad = mod.gate_up_proj.requires_grad and gate[0].requires_grad
+                    mod.gate_up_proj = torch.nn.Parameter(torch.stack([torch.cat(gu) for gu in zip(gate, up)]),
+                                                          requires_grad=grad)
+                    mod.down_proj = torch.nn.Parameter(torch.stack(down), requires_grad=grad)
         parent, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, mod)
 
 
+ROUTER_CALLS = ("logits", "first", "fp32")
+
+
 class NVFP4MoEBlock(torch.nn.Module):
-    """A sparse MoE block: router ``gate`` (its ``weight`` [E, H]: an nn.Linear in transformers 4.x,
-    a top-k router module in 5), ``experts`` (NVFP4MoE), ``shared_experts`` (None, or a module added
-    to every token's output, as DeepSeek-V3's). forward(hidden_states [..., H]) -> as the block it
-    replaces: (out [..., H], router_logits [tokens, E]) where ``returns_logits``, out alone where
-    not. ``fp32_router``: the logits from fp32 copies of x and the router's weight (DeepSeek-V3)."""
+    """A sparse MoE block: router ``gate``, ``experts`` (NVFP4MoE), ``shared_experts`` (None, or a
+    module added to every token's output, as DeepSeek-V3's). forward(hidden_states [..., H]) -> as
+    the block it replaces: (out [..., H], router_logits [tokens, E]) where ``returns_logits``, out
+    alone where not. ``router_call``, how the logits come from the router: "logits", gate(x) (an
+    nn.Linear, transformers 4.x); "first", gate(x)[0] (transformers 5's routers, which return the
+    logits first: calling them keeps their hooks, which record the logits for the auxiliary loss);
+    "fp32", x and the router's weight in float32 (DeepSeek-V3's router in transformers 4.x, which
+    returns no logits). (transformers 4.x records router logits by the block's class, which this is
+    not: there output_router_logits yields no auxiliary loss, a training matter.)"""
 
     def __init__(self, gate: torch.nn.Module, experts: NVFP4MoE, returns_logits: bool = True,
-                 shared_experts: Optional[torch.nn.Module] = None, fp32_router: bool = False):
+                 shared_experts: Optional[torch.nn.Module] = None, router_call: str = "logits"):
         super().__init__()
+        if router_call not in ROUTER_CALLS:
+            raise ValueError(f"NVFP4MoEBlock: router_call must be one of {ROUTER_CALLS}, got {router_call!r}")
         self.gate, self.experts, self.shared_experts = gate, experts, shared_experts
-        self.returns_logits, self.fp32_router = returns_logits, fp32_router
+        self.returns_logits, self.router_call = returns_logits, router_call
 
     def router_logits(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fp32_router:
+        if self.router_call == "fp32":
             return F.linear(x.float(), self.gate.weight.float())
-        return F.linear(x, self.gate.weight, getattr(self.gate, "bias", None))
+        return self.gate(x)[0] if self.router_call == "first" else self.gate(x)
 
     def forward(self, hidden_states: torch.Tensor):
         x = hidden_states.reshape(-1, hidden_states.shape[-1])
@@ -161,8 +187,10 @@ def swap_moe_blocks(model: torch.nn.Module) -> List[str]:
         if kind == "deepseek":
             moe.e_score_correction_bias.copy_(router.e_score_correction_bias)
         # transformers 4.x's Qwen3-MoE and Mixtral blocks return (out, logits); 5's and DeepSeek's out
-        returns_logits = kind != "deepseek" and not isinstance(experts, ExpertList)
-        new = NVFP4MoEBlock(router, moe, returns_logits, getattr(block, "shared_experts", None), kind == "deepseek")
+        v5 = isinstance(experts, ExpertList)
+        returns_logits = kind != "deepseek" and not v5
+        call = "first" if v5 else "fp32" if kind == "deepseek" else "logits"
+        new = NVFP4MoEBlock(router, moe, returns_logits, getattr(block, "shared_experts", None), call)
         parent, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, new)
         swapped.append(name)
