@@ -571,6 +571,15 @@ def test_moe_transformers_5_partly_quantized_experts(tmp_path, gen):
     before = fused.gate_up_proj.detach().clone()
     quantize_model(model, mode="w4a16", exclude=("lm_head", "*experts*"))
     assert model.model.layers[0].mlp.experts is fused and torch.equal(fused.gate_up_proj, before)
+    # saved per expert, as checkpoints hold experts, and loaded back fused
+    save_modelopt(model, tmp_path / "saved")
+    assert "model.layers.0.mlp.experts.2.up_proj.weight" in load_file(tmp_path / "saved" / "model.safetensors")
+    assert model.model.layers[0].mlp.experts is fused
+    again = toy(gen)
+    again.model.layers[0].mlp = torch.nn.Module()
+    again.model.layers[0].mlp.experts = fused2 = Qwen3MoeExperts(3, gen).to(BF16)
+    load_checkpoint(again, tmp_path / "saved")
+    assert again.model.layers[0].mlp.experts is fused2 and torch.equal(fused2.gate_up_proj, before)
 
 
 # ---- malformed checkpoints -------------------------------------------------------------------------

@@ -321,7 +321,11 @@ def save_modelopt(model: torch.nn.Module, path, *, max_shard_size="5GB") -> None
         from safetensors.torch import save_file
     except ImportError as e:
         raise ImportError("save_modelopt writes safetensors: pip install safetensors") from e
-    tensors, algos, plain = _state_dict(model)
+    unfused = unfuse_experts(model)  # transformers 5's fused experts: written per expert, as checkpoints hold them
+    try:
+        tensors, algos, plain = _state_dict(model)
+    finally:
+        refuse_experts(model, unfused)
     hf_quant = modelopt_hf_quant_config(algos, plain, _producer())
     config = {}
     mcfg = getattr(model, "config", None)
