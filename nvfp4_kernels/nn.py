@@ -553,13 +553,24 @@ class NVFP4MoE(torch.nn.Module):
         """Stack per-expert NVFP4Linear layers (as a ModelOpt checkpoint's experts.{e}.gate_proj,
         up_proj, down_proj load; lists in expert order, no bias, one mode) into an NVFP4MoE, tensor
         for tensor. W4A4 needs gate's and up's input_scale equal per expert (one quantization of the
-        input feeds both, as ModelOpt exports them). ``routing``: the constructor's arguments."""
+        input feeds both, as ModelOpt exports them). ``routing``: the constructor's arguments.
+
+        compressed-tensors layers (models.CompressedTensorsNVFP4Linear, all of them) bring their
+        exact activation multipliers and alphas, which the MoE takes as they are (re-deriving them
+        from the stored divisors, as update_derived_scales and a state_dict load do, can differ in
+        the last bit)."""
+        from .models.layers import CompressedTensorsNVFP4Linear
+
         layers = [*gate, *up, *down]
         if not gate or not len(gate) == len(up) == len(down):
             raise ValueError(f"NVFP4MoE.from_linears: gate, up and down need one layer per expert, got {len(gate)}, "
                              f"{len(up)} and {len(down)}")
-        if any(type(m) is not NVFP4Linear or m.bias is not None for m in layers):
-            raise TypeError("NVFP4MoE.from_linears: the experts must be NVFP4Linear layers (ModelOpt's) without bias")
+        kinds = {type(m) for m in layers}
+        if len(kinds) != 1 or not kinds <= {NVFP4Linear, CompressedTensorsNVFP4Linear} or \
+                any(m.bias is not None for m in layers):
+            raise TypeError("NVFP4MoE.from_linears: the experts must be NVFP4Linear layers (ModelOpt's) or all "
+                            "CompressedTensorsNVFP4Linear, without bias")
+        exact = kinds == {CompressedTensorsNVFP4Linear}
         modes = {m.mode for m in layers}
         if len(modes) != 1:
             raise ValueError(f"NVFP4MoE.from_linears: the experts mix modes {sorted(modes)}")
@@ -570,9 +581,11 @@ class NVFP4MoE(torch.nn.Module):
                     (h, i, h, i, i, h):
                 raise ValueError(f"NVFP4MoE.from_linears: expert {e}'s shapes differ from expert 0's (gate / up "
                                  f"[{i}, {h}], down [{h}, {i}])")
-            if mode == "w4a4" and not torch.equal(g.input_scale, u.input_scale):
-                raise ValueError(f"NVFP4MoE.from_linears: expert {e}'s gate and up have input_scale "
-                                 f"{g.input_scale.item()} and {u.input_scale.item()}; one quantized input feeds both")
+            name = "input_global_scale" if exact else "input_scale"
+            if mode == "w4a4" and not torch.equal(getattr(g, name), getattr(u, name)):
+                raise ValueError(f"NVFP4MoE.from_linears: expert {e}'s gate and up have {name} "
+                                 f"{getattr(g, name).item()} and {getattr(u, name).item()}; one quantized input feeds "
+                                 "both")
         moe = cls(len(gate), h, i, top_k, mode=mode, device=gate[0].weight.device, **routing)
         for e, (g, u, d) in enumerate(zip(gate, up, down)):
             moe.w13_weight[e] = torch.cat([g.weight, u.weight])
@@ -583,6 +596,11 @@ class NVFP4MoE(torch.nn.Module):
             if mode == "w4a4":
                 moe.w13_input_scale[e], moe.w2_input_scale[e] = g.input_scale, d.input_scale
         moe.update_derived_scales()
+        if exact and mode == "w4a4":  # the layers' own multipliers and alphas (W4A16's are weight_scale_2)
+            for name, src in (("_w13_input_global", gate), ("_w2_input_global", down), ("_alpha1", gate),
+                              ("_alpha3", up), ("_alpha2", down)):
+                attr = "_input_global_scale" if name.endswith("global") else "_alpha"
+                moe._buffers[name].copy_(torch.stack([getattr(m, attr).reshape(()) for m in src]))
         return moe
 
     @classmethod

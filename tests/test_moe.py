@@ -260,3 +260,84 @@ def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
         if arch != "deepseek_v3":  # runs; in 5 the router's hooks record the logits for the auxiliary loss
             aux = fast(ids, output_router_logits=True).aux_loss
             assert not block.gate.__class__.__name__.endswith("Router") or torch.isfinite(aux) and aux > 0
+
+
+def test_compressed_tensors_experts(gen):
+    """compressed-tensors experts (multipliers, not divisors) stack with their exact activation
+    multipliers and alphas (re-deriving them from divisors can round differently); the MoE then
+    computes what a per-token loop over the same values does, and what the layers themselves do
+    within their roundings; unequal gate / up input multipliers are refused."""
+    from nvfp4_kernels.models import CompressedTensorsNVFP4Linear
+
+    def layer(n, k, g_x):
+        m = CompressedTensorsNVFP4Linear(k, n, bias=False, mode="w4a4")
+        w = torch.randn(n, k, generator=gen) * 0.1
+        g_w = torch.tensor([2688 / float(w.abs().max())])
+        m.weight_global_scale.copy_(g_w)
+        m.weight, m.weight_scale = nk.quantize(w, global_scale=g_w)
+        m.input_global_scale.fill_(g_x)
+        m.update_derived_scales()
+        return m
+
+    g_x = [2688 / (float(torch.rand((), generator=gen)) * 3 + 0.5) for _ in range(2 * E)]
+    gates = [layer(I, H, g_x[e]) for e in range(E)]
+    ups = [layer(I, H, g_x[e]) for e in range(E)]
+    downs = [layer(H, I, g_x[E + e]) for e in range(E)]
+    moe = NVFP4MoE.from_linears(gates, ups, downs, 2)
+    for e in range(E):
+        assert moe._alpha1[e] == gates[e]._alpha and moe._alpha3[e] == ups[e]._alpha
+        assert moe._alpha2[e] == downs[e]._alpha and moe._w2_input_global[e] == downs[e]._input_global_scale
+        assert moe._w13_input_global[e] == gates[e]._input_global_scale == torch.tensor(g_x[e])
+    x = (torch.randn(12, H, generator=gen) * 3).bfloat16()
+    logits = torch.randn(12, E, generator=gen)
+    with torch.no_grad():
+        got = moe(x, logits)
+        assert torch.equal(got, per_token(moe, x, logits))
+        weights, ids = moe.route(logits)
+        theirs = torch.stack([sum(float(weights[t, j]) * downs[int(ids[t, j])](
+            F.silu(gates[int(ids[t, j])](x[t:t + 1]).float()).bfloat16() * ups[int(ids[t, j])](x[t:t + 1]))[0].float()
+            for j in range(2)) for t in range(12)])
+    err = (got.float() - theirs).abs().max() / theirs.abs().max()
+    assert err < 0.15, float(err)
+    ups[3] = layer(I, H, g_x[3] * 2)
+    with pytest.raises(ValueError, match="expert 3's gate and up have input_global_scale"):
+        NVFP4MoE.from_linears(gates, ups, downs, 2)
+
+
+def test_from_pretrained_compressed_tensors_moe(tmp_path, gen):
+    """An llm-compressor (compressed-tensors) NVFP4 Qwen3-MoE checkpoint: from_pretrained stacks its
+    experts into one NVFP4MoE with the layers' exact scales; logits within the roundings of
+    transformers' own loop over the same layers."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers")
+    pytest.importorskip("safetensors", reason="needs safetensors")
+    from test_checkpoints import ct_config, ct_tensors, write
+    from nvfp4_kernels.models import NVFP4MoEBlock, hf, load_checkpoint
+    from nvfp4_kernels.models.moe import unfuse_experts
+
+    cfg = transformers.Qwen3MoeConfig(hidden_size=H, intermediate_size=128, moe_intermediate_size=I, num_experts=E,
+                                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      vocab_size=256, num_experts_per_tok=2, architectures=["Qwen3MoeForCausalLM"])
+    torch.manual_seed(int(torch.randint(0, 2**31, (), generator=gen)))
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    unfuse_experts(model)  # transformers 5: per-expert layers, as the checkpoint names them
+    ignore = ("lm_head", "model.layers.0.mlp.gate")
+    tensors = ct_tensors(model, gen, exclude=ignore)
+    for e in range(E):  # one input multiplier for an expert's gate and up (one quantization feeds both)
+        pre = f"model.layers.0.mlp.experts.{e}."
+        tensors[pre + "up_proj.input_global_scale"] = tensors[pre + "gate_proj.input_global_scale"]
+    config = dict(cfg.to_dict(), quantization_config=ct_config(ignore=ignore)["quantization_config"])
+    write(tmp_path, tensors, config=config)
+    fast, report = hf.from_pretrained(tmp_path, return_report=True)
+    assert report.moe_blocks == ["model.layers.0.mlp"]
+    block = fast.model.layers[0].mlp
+    assert type(block) is NVFP4MoEBlock
+    looped = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    load_checkpoint(looped, tmp_path)
+    experts = looped.model.layers[0].mlp.experts
+    for e in range(E):
+        assert block.experts._alpha1[e] == experts[e].gate_proj._alpha
+        assert block.experts._w2_input_global[e] == experts[e].down_proj._input_global_scale
+    ids = torch.randint(0, 256, (2, 9), generator=gen)
+    with torch.no_grad():
+        a, b = fast(ids).logits.float(), looped(ids).logits.float()
+    assert (a - b).abs().max() / b.abs().max() < 0.15

@@ -10,7 +10,8 @@ block's shared experts as they are, the same out. Routing as the block's: softma
 renormalised where it renormalises (Mixtral always, Qwen3-MoE by its norm_topk_prob); DeepSeek-V3's
 sigmoid over fp32 logits, its correction bias, groups and scaling factor. The numbers differ from
 the block's loop in rounding only: the routing weights and the combine stay float32, silu(g) * u is
-rounded once. Blocks of other classes, or whose experts are not all NVFP4Linear, stay as they are.
+rounded once. Blocks of other classes, or whose experts are not all NVFP4Linear (or all
+compressed-tensors' CompressedTensorsNVFP4Linear, whose exact scales the MoE keeps), stay as they are.
 For inference: ``save_modelopt`` writes per-expert layers, so save before swapping.
 
 transformers 5 keeps a block's experts fused (``Qwen3MoeExperts`` and the like: 3-D
@@ -23,12 +24,14 @@ named as the checkpoint names them and called as the fused module was: ``load_ch
 
 from __future__ import annotations
 
+import warnings
 from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from ..nn import NVFP4Linear, NVFP4MoE
+from .layers import CompressedTensorsNVFP4Linear
 
 # block class -> (an expert's gate, up and down projections, its routing: "softmax" (renormalised by
 # the block's or router's norm_topk_prob), "softmax, renormalised", "deepseek" (the router's
@@ -179,11 +182,17 @@ def swap_moe_blocks(model: torch.nn.Module) -> List[str]:
             continue
         projections, kind = spec
         layers = [[getattr(ex, p, None) for ex in experts] for p in projections]
-        if not all(type(layer) is NVFP4Linear and layer.bias is None for column in layers for layer in column):
+        kinds = {type(layer) for column in layers for layer in column}
+        if len(kinds) != 1 or not kinds <= {NVFP4Linear, CompressedTensorsNVFP4Linear} or \
+                any(layer.bias is not None for column in layers for layer in column):
             continue
         router = block.gate
         top_k = getattr(block, "top_k", None) or router.top_k
-        moe = NVFP4MoE.from_linears(*layers, top_k, **_routing(kind, block, router))
+        try:
+            moe = NVFP4MoE.from_linears(*layers, top_k, **_routing(kind, block, router))
+        except ValueError as e:  # say, an expert's gate and up quantize their input differently
+            warnings.warn(f"swap_moe_blocks: {name} stays as it is: {e}", stacklevel=2)
+            continue
         if kind == "deepseek":
             moe.e_score_correction_bias.copy_(router.e_score_correction_bias)
         # transformers 4.x's Qwen3-MoE and Mixtral blocks return (out, logits); 5's and DeepSeek's out
