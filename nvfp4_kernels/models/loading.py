@@ -29,7 +29,8 @@ share) that is one NVFP4 layer, exactly equal to the slices; where they differ, 
 
 MoE: experts that are nn.Linear modules (``mlp.experts.{e}.gate_proj``) load like any layer
 (``moe.swap_moe_blocks`` then stacks a block's experts into one NVFP4MoE); transformers 5's fused
-experts modules are made such first (``moe.unfuse_experts``; put back if the load fails), and
+experts modules are made such first (``moe.unfuse_experts``; put back if the load fails, or,
+holding the loaded weights, where the checkpoint quantizes none of a block's experts), and
 Mixtral's ``block_sparse_moe`` tensors load into its transformers 5 name, ``mlp`` (``RENAMES``).
 Fused expert tensors in the checkpoint (3-D, or per-expert tensors whose model counterpart is not
 an nn.Linear) raise NotImplementedError. KV-cache scales (``k_scale``, ``v_scale``) of a checkpoint
