@@ -52,31 +52,31 @@ def main(only):
         return not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
                          reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
 
-    if section("tiles"):
-        # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
-        # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
-        # the last 128-row tile of M = 130 / 161 / 200 runs wgmma of N = 32 / 64 / 96;
-        # N = 1 takes the GEMV (its dual: the tensor cores), one 16-byte chunk per lane where rows are few:
-        # (37, 512) and (2 x 37, 1024) with 16 and 32 lanes per row, (37, 8192) and (2 x 20, 16384) each row split
-        # along K over 4 and 8 warps (csrc/cuda/gemv.cuh, GemvDeal); two chunks per lane where rows fill a wave of
-        # warps (4224 on a 132-SM GPU): (4300, 256) with 4 lanes per row, (4300, 1024) blocked in row quads on
-        # 264 CTAs (k CTAs per SM)
-        cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
-                 (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
-                 (None, 130, 20480, 64, "blocked"), (None, 161, 129, 256, "linear"), (None, 200, 129, 128, "blocked"),
-                 (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"), (None, 37, 1, 8192, "blocked"),
-                 (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"), (None, 4300, 1, 1024, "blocked")]
-        for L, m, n, k, lay in cases:
-            progress(f"tiles, gemv {L} x {m} x {n} x {k} {lay}")
-            a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
-            b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
-            b2 = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
-            bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
-            bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
-                             reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
-            v = vector_operand(random_operand(L, 1, k if k % 32 == 0 else k + 16, gen=gen, device=dev, layout=lay))
-            if k % 32 == 0:  # the dp4a gemv path
-                bad += not close(nk.gemv(a.data, v.data, a.sf, v.sf), reference.gemv(a.data, v.data, a.sf, v.sf))
+    # (M, N, K) from (7, 129, 128) to (130, 20480, 64) take the Hopper tensor-core kernel there (K % 64 == 0);
+    # (128, 256, 2048): split-K; (130, 20480, 64): 160 tiles, more than multiprocessors: two waves of CTAs;
+    # the last 128-row tile of M = 130 / 161 / 200 runs wgmma of N = 32 / 64 / 96;
+    # N = 1 takes the GEMV (its dual: the tensor cores), one 16-byte chunk per lane where rows are few:
+    # (37, 512) and (2 x 37, 1024) with 16 and 32 lanes per row, (37, 8192) and (2 x 20, 16384) each row split
+    # along K over 4 and 8 warps (csrc/cuda/gemv.cuh, GemvDeal); two chunks per lane where rows fill a wave of
+    # warps (4224 on a 132-SM GPU): (4300, 256) with 4 lanes per row, (4300, 1024) blocked in row quads on
+    # 264 CTAs (k CTAs per SM)
+    cases = [(None, 7, 5, 48, "linear"), (2, 129, 33, 1040, "blocked"), (1, 200, 1, 64, "linear"),
+             (None, 130, 300, 320, "blocked"), (2, 7, 129, 128, "linear"), (None, 128, 256, 2048, "blocked"),
+             (None, 130, 20480, 64, "blocked"), (None, 161, 129, 256, "linear"), (None, 200, 129, 128, "blocked"),
+             (None, 37, 1, 512, "linear"), (2, 37, 1, 1024, "linear"), (None, 37, 1, 8192, "blocked"),
+             (2, 20, 1, 16384, "linear"), (None, 4300, 1, 256, "linear"), (None, 4300, 1, 1024, "blocked")]
+    for L, m, n, k, lay in cases:  # a part each
+        if not section(f"tiles, gemv {L} x {m} x {n} x {k} {lay}"):
+            continue
+        a = random_operand(L, m, k, gen=gen, device=dev, layout=lay)
+        b = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
+        b2 = random_operand(L, n, k, gen=gen, device=dev, layout=lay)
+        bad += not close(nk.gemm(a.data, b.data, a.sf, b.sf), reference.gemm(a.data, b.data, a.sf, b.sf))
+        bad += not close(nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf),
+                         reference.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf))
+        v = vector_operand(random_operand(L, 1, k if k % 32 == 0 else k + 16, gen=gen, device=dev, layout=lay))
+        if k % 32 == 0:  # the dp4a gemv path
+            bad += not close(nk.gemv(a.data, v.data, a.sf, v.sf), reference.gemv(a.data, v.data, a.sf, v.sf))
     if section("groups"):
         probs = [(random_operand(None, m, k, gen=gen, device=dev), random_operand(None, n, k, gen=gen, device=dev))
                  for m, n, k in [(1, 7, 16), (129, 3, 48), (40, 129, 256)]]
@@ -108,11 +108,11 @@ def main(only):
     # 6 x 200 x 1024 (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in
     # batches of 2, the dual 8 x 64 x 7168 and the gemm 6 x 96 x 7168 in 66 batches (two CTAs per batch, >= 160
     # steps: two steps per item); and the gemm 300 x 8 x 1024, a GEMV of B's 8 rows as given
-    if section("integer-mma gemv"):
-        for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
-                               ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
-                               ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
-                               ("dual", 66, 8, 64, 7168), ("gemm", 66, 6, 96, 7168), ("gemm", None, 300, 8, 1024)]:
+    for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
+                           ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
+                           ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
+                           ("dual", 66, 8, 64, 7168), ("gemm", 66, 6, 96, 7168), ("gemm", None, 300, 8, 1024)]:
+        if section(f"integer-mma gemv, {op} {L} x {m} x {n} x {k}"):  # a part each
             a = random_operand(L, m, k, gen=gen, device=dev, layout="blocked" if k == 512 else "linear")
             b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
             bad += wrong(op, a, b, b2)
