@@ -8,7 +8,9 @@ projection. Once ``load_checkpoint`` has made every expert's projections NVFP4Li
 experts stacked as one ``nn.NVFP4MoE`` (two grouped launches, no host sync, capturable), the
 block's shared experts as they are, the same out. Routing as the block's: softmax top-k,
 renormalised where it renormalises (Mixtral always, Qwen3-MoE by its norm_topk_prob); DeepSeek-V3's
-sigmoid over fp32 logits, its correction bias, groups and scaling factor. The numbers differ from
+sigmoid over fp32 logits, its correction bias, groups and scaling factor (experts of the groups
+not kept masked with -inf, as DeepSeek's code and transformers 5 do; transformers 4.x masks them
+with 0, which picks differently only where corrected scores fall below 0). The numbers differ from
 the block's loop in rounding only: the routing weights and the combine stay float32, silu(g) * u is
 rounded once. Blocks of other classes, or whose experts are not all NVFP4Linear (or all
 compressed-tensors' CompressedTensorsNVFP4Linear, whose exact scales the MoE keeps), stay as they are.
