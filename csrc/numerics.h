@@ -169,6 +169,14 @@ NVFP4_HD uint32_t nvfp4_quantize_block(const float x[16], float g, uint8_t codes
   return sf;
 }
 
+/* The 16 values a block's codes (as nvfp4_quantize_block writes them) and
+ * scale byte stand for, e2m1(code) x e4m3(scale): exact in fp32 (at most 6
+ * significant bits). */
+NVFP4_HD void nvfp4_dequantize_block(const uint8_t codes[8], uint32_t sf, float v[16]) {
+  const float s = nvfp4_e4m3_to_float(sf);
+  for (int i = 0; i < 16; i++) v[i] = nvfp4_e2m1_to_float((codes[i / 2] >> (4 * (i % 2))) & 15u) * s;
+}
+
 
 /* ---- 16-bit floats on the host (the CPU kernels; device code uses
  * cuda_fp16.h / cuda_bf16.h) ------------------------------------------------ */

@@ -597,9 +597,9 @@ class NVFP4MoE(torch.nn.Module):
                 moe.w13_input_scale[e], moe.w2_input_scale[e] = g.input_scale, d.input_scale
         moe.update_derived_scales()
         if exact and mode == "w4a4":  # the layers' own multipliers and alphas (W4A16's are weight_scale_2)
-            for name, src in (("_w13_input_global", gate), ("_w2_input_global", down), ("_alpha1", gate),
-                              ("_alpha3", up), ("_alpha2", down)):
-                attr = "_input_global_scale" if name.endswith("global") else "_alpha"
+            for name, src, attr in (("_w13_input_global", gate, "_input_global_scale"),
+                                    ("_w2_input_global", down, "_input_global_scale"),
+                                    ("_alpha1", gate, "_alpha"), ("_alpha3", up, "_alpha"), ("_alpha2", down, "_alpha")):
                 moe._buffers[name].copy_(torch.stack([getattr(m, attr).reshape(()) for m in src]))
         return moe
 

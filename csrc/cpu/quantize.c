@@ -13,13 +13,13 @@
 /* Row r's 16-value block kb as quantized values (nvfp4.h), in values_type. */
 static void write_values(const nvfp4_quantize *q, int64_t l, int64_t r, int64_t kb, const float *x, float g) {
   uint8_t codes[8];
-  const float s = nvfp4_e4m3_to_float(nvfp4_quantize_block(x, g, codes));
+  float v[16];
+  nvfp4_dequantize_block(codes, nvfp4_quantize_block(x, g, codes), v);
   const int64_t at = l * q->values_batch_stride + r * q->values_row_stride + kb * 16;
   for (int i = 0; i < 16; i++) {
-    const float v = nvfp4_e2m1_to_float((codes[i / 2] >> (4 * (i % 2))) & 15u) * s; /* exact */
-    if (q->values_type == NVFP4_F32) ((float *)q->values)[at + i] = v;
-    else if (q->values_type == NVFP4_BF16) ((uint16_t *)q->values)[at + i] = nvfp4_float_to_bf16_bits(v);
-    else ((uint16_t *)q->values)[at + i] = nvfp4_float_to_half_bits(v);
+    if (q->values_type == NVFP4_F32) ((float *)q->values)[at + i] = v[i];
+    else if (q->values_type == NVFP4_BF16) ((uint16_t *)q->values)[at + i] = nvfp4_float_to_bf16_bits(v[i]);
+    else ((uint16_t *)q->values)[at + i] = nvfp4_float_to_half_bits(v[i]);
   }
 }
 

@@ -93,10 +93,11 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
  * VEC: p is 16-byte aligned. */
 template <typename T, bool VEC>
 __device__ __forceinline__ void store_values(T *p, const uint8_t (&codes)[8], uint32_t sf) {
-  const float s = nvfp4_e4m3_to_float(sf);
+  float f[16];
+  nvfp4_dequantize_block(codes, sf, f);
   T v[16];
 #pragma unroll
-  for (int i = 0; i < 16; i++) v[i] = from_float<T>(nvfp4_e2m1_to_float((codes[i / 2] >> (4 * (i % 2))) & 15u) * s);
+  for (int i = 0; i < 16; i++) v[i] = from_float<T>(f[i]);
   if constexpr (VEC) {
 #pragma unroll
     for (int c = 0; c < (int)sizeof(v) / 16; c++) reinterpret_cast<uint4 *>(p)[c] = reinterpret_cast<const uint4 *>(v)[c];
