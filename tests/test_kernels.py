@@ -7,6 +7,8 @@ nvfp4_kernels.kernel_name names the forced kernel, that the profiler saw that ke
 launched, and the exact result into poisoned outputs. test_plan_is_what_runs checks, unforced,
 that the kernel the planner reports is the one launched, over shapes of every route."""
 
+import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -22,6 +24,17 @@ from helpers import FORCED, KERNEL_SYMBOLS, gemm_problem, gemv_problem, launched
 
 ON_GPU = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
 IS_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
+
+
+@functools.cache
+def wgmma_built():
+    """A Hopper GPU and this build's sm_90a code (a compute_80-only build runs the mma.sync kernel
+    there): the planner takes the wgmma kernel for a 128 x 4096 x 7168 gemm wherever it can."""
+    if not IS_HOPPER:
+        return False
+    a, b = gemm_problem(None, 128, 4096, 7168, torch.Generator().manual_seed(0), "cuda")
+    return nk.kernel_name("gemm", a.data, b.data, a.sf, b.sf).startswith("wgmma")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (op, L, M, N, K, layouts) per kernel: shapes each can run, tails and batches included.
@@ -137,8 +150,8 @@ FORCED_CASES = [(k, c) for k, cases in CASES.items() for c in cases]
 def test_forced_case(gen, kernel, case):
     if kernel != FORCED:
         pytest.skip(f"{kernel}'s case, {FORCED} forced")
-    if kernel == "wgmma" and not IS_HOPPER:
-        pytest.skip("the wgmma kernel needs a Hopper GPU")
+    if kernel == "wgmma" and not wgmma_built():
+        pytest.skip("the wgmma kernel needs a Hopper GPU and a build with sm_90a code")
     plan = check(case, gen, want=kernel)
     force = os.environ.get("NVFP4_FORCE_KERNEL", "")
     if force == "mma:wk4":
@@ -152,12 +165,14 @@ def test_forced_case(gen, kernel, case):
 def test_forced(force):
     """This file's cases for one kernel (and its own test file, where it has one) in a child process
     with NVFP4_FORCE_KERNEL=force."""
-    if force.startswith("wgmma") and not IS_HOPPER:
-        pytest.skip("the wgmma kernel needs a Hopper GPU")
+    if force.startswith("wgmma") and not wgmma_built():
+        pytest.skip("the wgmma kernel needs a Hopper GPU and a build with sm_90a code")
     files = [os.path.join(HERE, "test_kernels.py")] + [os.path.join(HERE, f) for f in FORCES[force]]
     env = dict(os.environ, NVFP4_FORCE_KERNEL=force)
-    # the GPU tests only: the CPU ones do not depend on the forced kernel
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "not cpu", *files],
+    # the GPU tests only: the CPU ones do not depend on the forced kernel; a few processes where
+    # pytest-xdist is there (a child's serial run is the suite's longest test)
+    xdist = ["-n", "3"] if importlib.util.find_spec("xdist") else []
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "-k", "not cpu", *files],
                        env=env, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]
