@@ -16,10 +16,12 @@ and activations NVFP4) and W4A16 (weights only). Each generates greedily; printe
   once to the model's dtype). The two differ only by the kernels' fp32 summation order, and by
   what a one-unit difference flips downstream (in W4A4 an activation on an e2m1 rounding
   boundary moves by a whole 4-bit step, so through many layers of random weights the two drift
-  apart); next to it, the largest error of one layer on its own input, as a fraction of the
-  layer's max|out| and in units in the last place of the model's dtype at that max: a kernel that
-  sums the exact products in fp32 and rounds once is within one unit (for bf16 that unit is up
-  to 2^-7 of max|out|, for fp16 2^-10);
+  apart); next to it, the same measure for an fp32-summing twin (the exact operands summed by
+  torch's float32 matmul): how far fp32 accumulation as such lands through this model; and the
+  largest error of one layer on its own input, as a fraction of the layer's max|out| and in units
+  in the last place of the model's dtype at that max: a kernel that sums the exact products in
+  fp32 and rounds once is within one unit (for bf16 that unit is up to 2^-7 of max|out|, for
+  fp16 2^-10);
 * the top-1 agreement with the bf16 model over the generated tokens (both read the same
   sequence): what 4-bit quantization changes;
 * on a GPU, decode tokens/s at batch 1 for bf16, W4A4 and W4A16: one token's forward pass,
@@ -57,15 +59,27 @@ class FakeQuantLinear(torch.nn.Module):
     """An NVFP4Linear's exact twin: its weights dequantized (float64); for W4A4 the input quantized
     and dequantized per 16 values with the layer's global scale; the product and bias in float64,
     rounded once to the input's dtype. The float64 weights are made per call, so that an 8B-sized
-    model's reference holds one layer's at a time."""
+    model's reference holds one layer's at a time. With fp32=True, the same exact operands summed
+    by torch's float32 matmul (an fp32 accumulation in another order than the kernels'), alpha and
+    bias applied in float32 after the sum, as the kernels do: how far any fp32-summing kernel lands
+    from the exact twin through this model."""
 
-    def __init__(self, layer: NVFP4Linear):
+    def __init__(self, layer: NVFP4Linear, fp32: bool = False):
         super().__init__()
         self.layer = layer  # its buffers, read in forward
         self.w4a4 = layer.mode == "w4a4"
+        self.fp32 = fp32
 
     def forward(self, x):
         layer = self.layer
+        if self.fp32:
+            w = reference.dequantize(layer.weight, layer.weight_scale, torch.float32)  # exact in float32
+            xd, alpha = x.float(), layer.weight_scale_2.float()
+            if self.w4a4:
+                codes, sf = reference.quantize(x.float(), layer._input_global_scale)
+                xd, alpha = reference.dequantize(codes, sf, torch.float32), layer._alpha
+            y = torch.nn.functional.linear(xd, w) * alpha
+            return (y if layer.bias is None else y + layer.bias.float()).to(x.dtype)
         w = reference.dequantize(layer.weight, layer.weight_scale) * layer.weight_scale_2.double()
         xd = x.double()
         if self.w4a4:
@@ -75,13 +89,13 @@ class FakeQuantLinear(torch.nn.Module):
         return torch.nn.functional.linear(xd, w, bias).to(x.dtype)
 
 
-def fake_quant_reference(model, model_q):
+def fake_quant_reference(model, model_q, fp32=False):
     """model (same dtype) with each of model_q's NVFP4 layers as a FakeQuantLinear."""
     ref = copy.deepcopy(model)
     for name, mod in model_q.named_modules():
         if isinstance(mod, NVFP4Linear):
             parent, _, leaf = name.rpartition(".")
-            setattr(ref.get_submodule(parent) if parent else ref, leaf, FakeQuantLinear(mod))
+            setattr(ref.get_submodule(parent) if parent else ref, leaf, FakeQuantLinear(mod, fp32))
     return ref
 
 
@@ -175,6 +189,7 @@ def main():
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     device = "cuda" if torch.cuda.is_available() and nk.WITH_CUDA else "cpu"
+    torch.set_float32_matmul_precision("highest")  # the fp32-summing twin's matmul in fp32, not TF32
     torch.manual_seed(args.seed)
     cfg = LlamaConfig(**CONFIGS[name], max_position_embeddings=4096, architectures=["LlamaForCausalLM"])
     with torch.device(device):
@@ -205,13 +220,15 @@ def main():
                          pad_token_id=0)
         got, (layer_err, layer_ulp) = logits_and_layer_error(m, seq)
         ref = logits(fake_quant_reference(model, m), seq)
+        floor = logits(fake_quant_reference(model, m, fp32=True), seq)
         plain = logits(model, seq)
         err = ((got - ref).abs().max() / ref.abs().max()).item()
+        err_fp32 = ((floor - ref).abs().max() / ref.abs().max()).item()
         gen = slice(prompt.shape[1] - 1, seq.shape[1] - 1)  # the positions that chose the generated tokens
         agree = (plain[gen].argmax(-1) == seq[0, prompt.shape[1]:]).float().mean().item()
-        print(f"{mode}: logits vs the fake-quantized reference: max error {err:.2e} of max|logit| (one layer on its "
-              f"own input: {layer_err:.2e} of max|out|, {layer_ulp:.2f} ulp); top-1 agreement with the {args.dtype} "
-              f"model {agree:.3f} over {args.tokens} generated tokens")
+        print(f"{mode}: logits vs the fake-quantized reference: max error {err:.2e} of max|logit| (an fp32-summing "
+              f"twin: {err_fp32:.2e}; one layer on its own input: {layer_err:.2e} of max|out|, {layer_ulp:.2f} ulp); "
+              f"top-1 agreement with the {args.dtype} model {agree:.3f} over {args.tokens} generated tokens")
         if device == "cuda":
             speeds[mode] = m
         else:
