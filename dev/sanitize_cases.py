@@ -45,6 +45,18 @@ def main(only):
     def close(out, ref):
         return bool(within_tolerance(out, ref).all())
 
+    def w4a16_wrong(L, m, n, k, x_dtype, off, layout, alpha):
+        """Whether W4A16's gemm (with a bias) or dual, fp16 out, is off the reference; x's rows start
+        `off` values past 16-byte alignment."""
+        b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout=layout) for _ in range(2))
+        x = torch.randn(((L,) if L else ()) + (m, k + off), generator=gen).to(x_dtype).to(dev)[..., off:]
+        bias = torch.randn(n, generator=gen).to(dev)
+        got = nk.gemm_w4a16(x, b.data, b.sf, alpha=alpha, bias=bias, out_dtype=torch.float16)
+        off_ref = not close(got, reference.gemm_w4a16(x, b.data, b.sf, alpha, bias, torch.float16))
+        got = nk.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, alpha2=alpha, out_dtype=torch.float16)
+        want = reference.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, None, alpha, torch.float16)
+        return off_ref or not close(got, want)
+
     def wrong(op, a, b, b2):
         """Whether op ("gemm": a x b, "dual": silu(a x b) * (a x b2)) is off the reference."""
         if op == "gemm":
@@ -177,15 +189,16 @@ def main(only):
                                          # split-K: the partials, the tickets, the last CTA's sum
                                          (None, 1, 300, 4096, torch.float16, 0), (None, 7, 64, 2080, bf16, 1),
                                          (2, 20, 129, 1040, bf16, 0)]:
-            b, b2 = (random_operand(L, n, k, gen=gen, device=dev, layout="linear") for _ in range(2))
-            lead = (L,) if L else ()
-            x = torch.randn(lead + (m, k + off), generator=gen).to(x_dtype).to(dev)[..., off:]
-            bias = torch.randn(n, generator=gen).to(dev)
-            got = nk.gemm_w4a16(x, b.data, b.sf, alpha=alpha, bias=bias, out_dtype=torch.float16)
-            bad += not close(got, reference.gemm_w4a16(x, b.data, b.sf, alpha, bias, torch.float16))
-            got = nk.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, alpha2=alpha, out_dtype=torch.float16)
-            want = reference.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, None, alpha, torch.float16)
-            bad += not close(got, want)
+            bad += w4a16_wrong(L, m, n, k, x_dtype, off, "linear", alpha)
+    if section("w4a16 on wgmma"):
+        # W4A16 of M >= 64 on Hopper (csrc/cuda/matmul_sm90.cu: raw 16-bit rows permuted by the producer): fp16 and
+        # bf16 activations, 64- and 128-row tiles with rows past M, split-K, a batch, a dual; M = 40 where forced
+        alpha = torch.tensor(-0.5, device=dev)
+        for L, m, n, k, x_dtype in [(None, 64, 7, 64, torch.float16), (2, 129, 300, 1024, bf16),
+                                    (None, 300, 136, 576, torch.float16), (None, 200, 96, 2048, bf16),
+                                    (None, 40, 33, 192, bf16), (None, 130, 300, 320, bf16),
+                                    (None, 176, 36 * 256 - 77, 4352, bf16)]:  # the last: stream-K
+            bad += w4a16_wrong(L, m, n, k, x_dtype, 0, "blocked", alpha)
     if section("grouped_mm"):
         # rows grouped by expert (w4a16.cu's expert_tile): empty experts, rows past the last, 16- and 64-row
         # tiles, plain and gated, split K

@@ -11,7 +11,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches
-from helpers import gemm_problem, gemv_problem, layouts_for
+from helpers import gemm_problem, gemv_problem, layouts_for, w4a16_slack
 
 DTYPES = (torch.float16, torch.bfloat16)
 SHAPES = [(m, n, k) for m, n, k in itertools.product((1, 7, 129), (1, 7, 129), (16, 48, 1040))
@@ -146,6 +146,34 @@ def test_dual_gemm_w4a16(device, gen, m, n, k):
                        "dual w4a16 out=")
 
 
+# M >= 64, K % 64 == 0, rows 16-byte aligned: the wgmma kernel's W4A16 on Hopper (csrc/cuda/plan.cu), w4a16.cu's
+# larger tiles elsewhere. M = 40: a forced wgmma's 64-row tile with rows past M.
+WIDE_SHAPES = [(64, 7, 64), (65, 129, 128), (129, 300, 1024), (200, 64, 2048), (300, 136, 576), (40, 33, 192)]
+
+
+@pytest.mark.parametrize("m,n,k", WIDE_SHAPES)
+def test_w4a16_wide(device, gen, m, n, k):
+    """Prefill-sized W4A16: both activation types into both output types, a bias, a negative alpha,
+    the dual on a batch; sums of K fp32 terms within helpers.w4a16_slack of the exact ones."""
+    layout = layouts_for(m, n, k)[1]
+    b1 = random_operand(None, n, k, gen=gen, device=device, layout=layout)
+    b2 = random_operand(None, n, k, gen=gen, device=device, layout=layout)
+    bias = bias_of(n, torch.float32, gen, device)
+    for x_dtype in DTYPES:
+        x = activations((m, k), x_dtype, gen, device)
+        slack = w4a16_slack(x, b1.data, b1.sf, -0.75)
+        for out_dtype in DTYPES:
+            out = poisoned((m, n), device, out_dtype)
+            nk.gemm_w4a16(x, b1.data, b1.sf, alpha=-0.75, bias=bias, out=out)
+            want = reference.gemm_w4a16(x, b1.data, b1.sf, -0.75, bias, out_dtype)
+            assert_matches(out, want, f"w4a16 {m}x{n}x{k} {x_dtype} -> {out_dtype}", slack=slack)
+        xl = activations((2, m, k), x_dtype, gen, device)
+        got = nk.dual_gemm_w4a16(xl, b1.data, b2.data, b1.sf, b2.sf, alpha1=0.5, alpha2=3.0)
+        want = reference.dual_gemm_w4a16(xl, b1.data, b2.data, b1.sf, b2.sf, 0.5, 3.0)
+        assert_matches(got, want, f"dual w4a16 2 x {m}x{n}x{k} {x_dtype}",
+                       slack=w4a16_slack(xl, b1.data, b1.sf, 0.5, b2.data, b2.sf, 3.0))
+
+
 def test_w4a16_nan_scale_and_empty(device, gen):
     b = random_operand(None, 8, 32, gen=gen, device=device)
     b.sf.view(torch.uint8)[3, 1] = 0x7F  # an e4m3 NaN: row 3's outputs are NaN
@@ -155,6 +183,12 @@ def test_w4a16_nan_scale_and_empty(device, gen):
     assert_matches(got, reference.gemm_w4a16(x, b.data, b.sf), "w4a16 NaN scale")
     assert nk.gemm_w4a16(x[:0], b.data, b.sf).shape == (0, 8)
     assert nk.gemm_w4a16(x, b.data[:0], b.sf[:0]).shape == (4, 0)
+    b = random_operand(None, 8, 64, gen=gen, device=device)  # M = 64, K = 64: wgmma's tile on Hopper
+    b.sf.view(torch.uint8)[5, 2] = 0xFF
+    x = activations((64, 64), torch.float16, gen, device)
+    got = nk.gemm_w4a16(x, b.data, b.sf)
+    assert torch.isnan(got[:, 5]).all() and not torch.isnan(torch.cat([got[:, :5], got[:, 6:]], 1)).any()
+    assert_matches(got, reference.gemm_w4a16(x, b.data, b.sf), "w4a16 NaN scale, M = 64")
 
 
 def test_bad_epilogue_arguments(gen):

@@ -49,7 +49,12 @@ CASES = {
                ("gemm", None, 16, 4100, 4096, ("blocked", "blocked")), ("gemm", None, 5, 64, 65536, ("linear", "blocked"))],
     "wgmma": [("gemm", None, 1, 7, 64, ("linear", "linear")), ("gemm", 2, 33, 300, 2048, ("blocked", "linear")),
               ("gemm", None, 200, 513, 4096, ("blocked", "blocked")), ("dual", None, 5, 129, 1024, ("linear", "blocked")),
-              ("dual", 2, 300, 200, 640, ("blocked", "blocked")), ("group", None, 129, 300, 1024, ("linear", "blocked"))],
+              ("dual", 2, 300, 200, 640, ("blocked", "blocked")), ("group", None, 129, 300, 1024, ("linear", "blocked")),
+              # W4A16 (M = 40: a 64-row tile with rows past M)
+              ("w4a16", None, 64, 7, 64, ("linear", "linear")), ("w4a16+", 2, 129, 300, 1024, ("linear", "blocked")),
+              ("w4a16dual", None, 40, 129, 512, ("linear", "linear")), ("w4a16dual", 2, 200, 96, 2048, ("linear", "blocked")),
+              ("w4a16", None, 200, 513, 4096, ("linear", "linear")),  # split-K over a cluster; stream-K:
+              ("w4a16+", None, 128, 4096, 7168, ("linear", "blocked")), ("w4a16dual", None, 512, 3072, 7168, ("linear", "linear"))],
     "mma": [("gemm", None, 1, 1, 16, ("linear", "linear")), ("gemm", 2, 129, 300, 1040, ("blocked", "linear")),
             ("gemv", None, 300, 1, 1024, ("linear", "linear")), ("dual", None, 7, 129, 2048, ("blocked", "blocked")),
             ("group", None, 200, 65, 512, ("linear", "linear"))],
@@ -70,7 +75,8 @@ for _kernel, _cases in CASES.items():
     if _kernel != "w4a16":
         _cases += [(op + "+", *rest) for op, *rest in _cases[:4]]
 # A forced kernel (and variant) -> the test files run in its child besides this one.
-FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"], "wgmma": [], "wgmma:predecode": ["test_tensor_cores.py"],
+FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"], "wgmma": ["test_epilogue.py"],
+          "wgmma:predecode": ["test_tensor_cores.py"],
           "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": [],
           "w4a16": ["test_epilogue.py"]}
 
@@ -188,7 +194,8 @@ ROUTES = [("gemv", None, 7168, 1, 2048, ("linear", "linear")), ("gemm", None, 4,
           ("group", None, 80, 4096, 7168, ("linear", "blocked")), ("group", None, 100, 200, 48, ("linear", "linear")),
           ("gemm+", None, 3, 4096, 7168, ("linear", "linear")), ("gemm+", None, 1000, 8, 4096, ("linear", "linear")),
           ("gemm+", None, 12, 4096, 16384, ("linear", "linear")), ("dual+", None, 4, 4096, 7168, ("blocked", "blocked")),
-          ("w4a16", None, 1, 4096, 4096, ("linear", "linear")), ("w4a16dual", None, 256, 3072, 4096, ("linear", "linear"))]
+          ("w4a16", None, 1, 4096, 4096, ("linear", "linear")), ("w4a16dual", None, 256, 3072, 4096, ("linear", "linear")),
+          ("w4a16+", None, 300, 4096, 1024, ("linear", "blocked")), ("w4a16", None, 40, 4096, 1024, ("linear", "linear"))]
 
 
 @pytest.mark.skipif(not ON_GPU or bool(FORCED), reason="needs an sm_80+ GPU; a kernel is forced")

@@ -1,6 +1,7 @@
 /*
  * matmul_sm90.cu - the Hopper tensor-core path (sm_90a): GEMM, dual GEMM and
- * grouped GEMM on fp16 wgmma with fp32 accumulators. Its planner (tile,
+ * grouped GEMM on fp16 (or bf16, for bf16 activations) wgmma with fp32
+ * accumulators. Its planner (tile,
  * split-K, stream-K, pre-decode) is matmul_sm90_plan.cu.
  *
  * Roles swapped: the kernel computes C^T = B * A^T. The weights B (n x k, the
@@ -49,6 +50,15 @@
  * tile once into fp16 tiles in the workspace and the producer brings each K
  * step's tile in by one bulk copy, decoding nothing: the main kernel ~9%
  * faster, the pre-pass ~2 us plus 2.28 bytes per tile byte.
+ *
+ * 16-bit activations (W4A16, AT = F16 or BF16; M >= 64, plan.cu). The
+ * producer copies each K step's activation rows raw (128 bytes a row,
+ * StageCopies16) and permutes them into the K order above with one prmt per
+ * 32-bit word (produce16): the order w4a16.cu's fragments use. The consumers
+ * decode the weights into the activations' type, exactly: fp16 fragments
+ * carry value * scale * 2^-6, bf16 ones 2^-7 (numerics.cuh), which the
+ * epilogue takes back with alpha (tc_unscale). No pre-pass; the grouped
+ * problems of an MoE (offs) stay on w4a16.cu.
  *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
@@ -165,7 +175,81 @@ struct StageCopies {
     cp_async_mbar_arrive(full);
   }
 };
+
+/* W4A16 (16-bit activations): the copies of one raw stage that thread i
+ * (0..127) of the producer issues: activation rows as 16-byte chunks (lane i
+ * takes chunk i % 8 of rows i / 8 + 16 q: one copy instruction covers 4
+ * whole 128-byte rows), at their a16_chunk places in the stage's raw
+ * activation rows (natural K order; the producer permutes them into the fp16
+ * tile); the weights and their scales as StageCopies does. Activation rows
+ * past M (PAD) are not copied. */
+template <bool DUAL, int TM, bool PAD>
+struct StageCopies16 {
+  using L = Layout<TM, true>;
+  static constexpr int A_COPIES = TM / 16;
+  const uint8_t *a_src, *b_src[4], *sb_src[2];
+  int64_t a_step; /* 16 activation rows */
+  int sb_step[2], kbeg;
+  uint32_t a_off, b_off, sb_off; /* the thread's first destination of each kind in a stage */
+  uint32_t a_live; /* bit q: activation row ar + 16 q exists */
+
+  __device__ __forceinline__ StageCopies16(const nvfp4_matmul &p, int l, int64_t n0, int64_t m0, int kbeg, int i)
+      : kbeg(kbeg) {
+    const int r = i, half = i & 1, pr = i >> 1, ar = i >> 3, ac = i & 7;
+    a_off = L::RAW_A + a16_chunk(ar, ac), b_off = L::RAW_B + raw_chunk(pr, half), sb_off = L::RAW_SFB + 4 * r;
+    const int64_t k_blocks = p.k / 16;
+    auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
+    auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
+    a_src = p.a.data + l * p.a.batch_stride + clamp(m0 + ar, p.m) * p.a.row_stride + 16 * ac;
+    a_step = 16 * p.a.row_stride;
+    /* always: the kernels that take padded tiles on the full-tile path (SK,
+     * the dual's 64-row tile) must not read past the last row either */
+    a_live = 0;
+#pragma unroll
+    for (int q = 0; q < A_COPIES; q++) a_live |= (m0 + ar + 16 * q < p.m ? 1u : 0u) << q;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      const nvfp4_operand &bop = (DUAL && c >= 2) ? p.b2 : p.b;
+      b_src[c] = bop.data + l * bop.batch_stride + b_row(pr + 64 * c) * bop.row_stride + 16 * half;
+    }
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      const nvfp4_operand &bop = (DUAL && c) ? p.b2 : p.b;
+      sb_src[c] = bop.sf + l * bop.sf_batch_stride +
+                  nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * c), 0);
+      sb_step[c] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
+    }
+  }
+
+  __device__ __forceinline__ void load(uint8_t *stage, int ks, uint32_t full) const {
+    const int kk = (kbeg + ks) * 32;
+    /* rows 16 apart: 2048 bytes apart in the stage (a16_chunk's swizzle
+     * depends on r % 8 alone), a_step in global memory; the step is made
+     * opaque so that the 8 row pointers are formed here, not hoisted out of
+     * the K loop (they spilled at 88 registers) */
+    int64_t step = a_step;
+    asm volatile("mov.b64 %0, %0;" : "+l"(step));
+    const uint8_t *src = a_src + 4 * kk;
+    uint8_t *dst = stage + a_off;
+#pragma unroll
+    for (int q = 0; q < A_COPIES; q++, src += step)
+      if (a_live >> q & 1) cp_async_16(dst + 2048 * q, src, 16);
+#pragma unroll
+    for (int c = 0; c < 4; c++) cp_async_16(stage + b_off + 2048 * c, b_src[c] + kk, 16); /* rows 64 apart */
+#pragma unroll
+    for (int c = 0; c < 2; c++) cp_async_4(stage + sb_off + 512 * c, sb_src[c] + (kbeg + ks) * sb_step[c], 4);
+    cp_async_mbar_arrive(full);
+  }
+};
 #endif
+
+/* The power of two a kernel's sums carry (folded into the alphas): both
+ * operands decoded (NVFP4_TC_UNSCALE), or the weights alone: fp16 fragments
+ * (value * scale * 2^-6) or bf16 ones (2^-7, numerics.cuh). Device code only. */
+template <int AT>
+__device__ __forceinline__ float tc_unscale() {
+  return AT == NVFP4_E2M1 ? NVFP4_TC_UNSCALE : AT == NVFP4_F16 ? 64.0f : NVFP4_TC_UNSCALE_BF16;
+}
 
 #if NVFP4_SM90A
 /* Sum of the float4 at `addr` in CTAs 0..split-1 of the cluster, in rank
@@ -257,13 +341,13 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
  * first, first + stride, ... by the consumers' eight warps, or with the
  * producer's four (the kernel's EPI_ALL): then the distributed-shared-memory
  * loads of a split-K sum have 12 warps to hide their latency. */
-template <bool DUAL, int TM>
+template <bool DUAL, int TM, int AT = NVFP4_E2M1>
 __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const float *part, uint32_t part_addr,
                                             int rank, int split, int64_t m0, int64_t n0, int first, int stride) {
   constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R;
   constexpr int VECS = OUT_COLS / 4;
   const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
-  const Epilogue ep(p, NVFP4_TC_UNSCALE);
+  const Epilogue ep(p, tc_unscale<AT>());
   uint16_t *c = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
   const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
   /* the problem's fields in registers: read through the table's dynamic
@@ -324,13 +408,14 @@ __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const 
 }
 #endif
 
-template <bool DUAL, int TM, bool SK, bool PRE>
+template <bool DUAL, int TM, bool SK, bool PRE, int AT = NVFP4_E2M1>
 __global__ void __launch_bounds__(THREADS, 1)
     matmul_sm90_kernel(const __grid_constant__ MatmulTable t, int split,
                        const __grid_constant__ StreamKT<SK ? SK_MAX_CTAS : 0> sk,
                        const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
-  using L = Layout<TM>;
+  static_assert(!PRE || AT == NVFP4_E2M1, "16-bit activations are not pre-decoded");
+  using L = Layout<TM, AT != NVFP4_E2M1>;
   constexpr int STAGES = L::STAGES, A16_BYTES = L::A16_BYTES, RAW_BASE = L::RAW_BASE, STAGE_BYTES = L::STAGE_BYTES;
   constexpr int RAW_A = L::RAW_A, RAW_B = L::RAW_B, RAW_SFA = L::RAW_SFA, RAW_SFB = L::RAW_SFB;
   /* 1024-byte aligned by declaration (the 128-byte swizzle's atoms): a base
@@ -434,14 +519,14 @@ __global__ void __launch_bounds__(THREADS, 1)
    * drops by less than the producer's entry costs (1-2% slower), at split 1
    * nothing changed; the dual's producer, summing two tiles at 88 registers,
    * made it slower; stream-K and the pre-decoded producer spilled. */
-  constexpr bool EPI_ALL = !DUAL && !SK && !PRE;
+  constexpr bool EPI_ALL = !DUAL && !SK && !PRE && AT == NVFP4_E2M1;
   if (tid < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     for (int si = 0; segment(si); si++) {
       segment_start(si);
       /* SK: per segment, what derives from the thread index is computed again
        * rather than kept alive through the epilogue (LICM would hoist it) */
-      const int tid = SK ? opaque((int)threadIdx.x) : (int)threadIdx.x;
+      const int tid = SK || AT != NVFP4_E2M1 ? opaque((int)threadIdx.x) : (int)threadIdx.x;
       const nvfp4_matmul &p = t.p[pg];
       /* ---- producer: the copies of every K step (StageCopies); decode of
        * activation row(s) ar into the fp16 tile. A tile with rows past the
@@ -526,6 +611,71 @@ __global__ void __launch_bounds__(THREADS, 1)
           mbar_arrive(bar(BAR_A16_FULL + buf));
         }
       };
+      /* W4A16: the activation rows arrive as 16-bit values in natural K
+       * order (StageCopies16); TPR threads per row permute BPT 16-byte pairs
+       * of chunks each (chunks 2t + h, t = t0 .. t0 + BPT - 1) into the
+       * decoders' K order (nvfp4_act16_words): word t of tile chunks 2s + h. */
+      auto produce16 = [&](auto pad) {
+        constexpr bool PAD = decltype(pad)::value;
+        const StageCopies16<DUAL, TM, PAD> copies(p, l, n0, m0, kbeg, tid);
+        constexpr int TPR = 128 / TM, BPT = 4 / TPR;
+        const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
+        const bool live = !PAD || m0 + ar < p.m;
+        auto load = [&](int slot, int ks) { copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot)); };
+        for (int j = 0; j < STAGES && j < steps; j++) {
+          const int gj = g0 + j;
+          if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
+          load(gj % STAGES, j);
+        }
+        for (int j = 0; j < steps; j++) {
+          const int gj = g0 + j, slot = gj % STAGES, buf = gj % NA16;
+          mbar_wait(bar(BAR_FULL + slot), (gj / STAGES) & 1);
+          if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
+          /* the row's chunk c at (row base | swizzle) ^ 16 c: raw slots and
+           * fp16 tiles are 1024-byte aligned, rows 128 bytes; one XOR an
+           * access instead of 16 addresses held across the loop (they
+           * spilled) */
+          const uint32_t x16 = (uint32_t)opaque((ar & 7) << 4);
+          const uint32_t raw_row = (smem_addr + RAW_BASE + slot * STAGE_BYTES + RAW_A + ar * 128) | x16;
+          const uint32_t a16_row = (smem_addr + buf * A16_BYTES + ar * 128) | x16;
+          if (live) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              uint32_t d[4][BPT];
+#pragma unroll
+              for (int q = 0; q < BPT; q++) {
+                uint32_t w[4];
+                nvfp4_act16_words(ld_shared_u4(raw_row ^ (uint32_t)(16 * (2 * (t0 + q) + h))), w);
+#pragma unroll
+                for (int i = 0; i < 4; i++) d[i][q] = w[i];
+              }
+#pragma unroll
+              for (int i = 0; i < 4; i++) {
+                const uint32_t dst = (a16_row ^ (uint32_t)(16 * (2 * i + h))) + 4 * t0;
+                if constexpr (BPT == 4)
+                  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(d[i][0]), "r"(d[i][1]),
+                               "r"(d[i][2]), "r"(d[i][3]) : "memory");
+                else if constexpr (BPT == 2)
+                  asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(dst), "r"(d[i][0]), "r"(d[i][1]) : "memory");
+                else
+                  asm volatile("st.shared.b32 [%0], %1;" ::"r"(dst), "r"(d[i][0]) : "memory");
+              }
+            }
+          }
+          /* this thread's reads of the slot are done (as in produce); the
+           * refill of step j-1's slot after the permute: its stores first
+           * keep the copies' pointers and the permuted words apart (they
+           * spilled at 88 registers together) */
+          mbar_arrive(bar(BAR_EMPTY + slot));
+          fence_proxy_async_smem();
+          mbar_arrive(bar(BAR_A16_FULL + buf));
+          if (j >= 1 && j - 1 + STAGES < steps) {
+            const int old = (gj - 1) % STAGES;
+            mbar_wait(bar(BAR_EMPTY + old), ((gj - 1) / STAGES) & 1);
+            load(old, j - 1 + STAGES);
+          }
+        }
+      };
       /* PRE: the weights' copies, and thread 0 brings the step's fp16 tile
        * in (one bulk copy, Predecoded). Nothing to wait for but free slots:
        * the refill of step j-1's raw slot after step j's tile copy, as in
@@ -559,7 +709,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       };
       /* not in the stream-K kernel and the dual's 64-row tile: there the
        * second loop made every tile 1-3% slower and the padded ones no faster */
-      if constexpr (PRE) produce_pre();
+      if constexpr (AT != NVFP4_E2M1) {
+        if constexpr (SK || (DUAL && TM == 64)) produce16(std::false_type{});
+        else if (m0 + TM <= p.m) produce16(std::false_type{});
+        else produce16(std::true_type{});
+      } else if constexpr (PRE) produce_pre();
       else if constexpr (SK || (DUAL && TM == 64)) produce(std::false_type{});
       else if (m0 + TM <= p.m) produce(std::false_type{});
       else produce(std::true_type{});
@@ -574,7 +728,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (split > 1) {
           cluster_sync();
           if (EPI_ALL && split == 2)
-            store_share<DUAL, TM>(p, l, reinterpret_cast<const float *>(smem), smem_addr, rank, split, m0, n0, tid,
+            store_share<DUAL, TM, AT>(p, l, reinterpret_cast<const float *>(smem), smem_addr, rank, split, m0, n0, tid,
                                   THREADS);
           cluster_sync();
         } else {
@@ -634,7 +788,10 @@ __global__ void __launch_bounds__(THREADS, 1)
           else slot_off += STAGE_BYTES;
           uint32_t f[2][4][4]; /* [half][k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
 #pragma unroll
-          for (int hf = 0; hf < 2; hf++) nvfp4_wgmma_a_fragments(v[hf][0], v[hf][1], sb[hf], f[hf]);
+          for (int hf = 0; hf < 2; hf++) {
+            if constexpr (AT == NVFP4_BF16) nvfp4_wgmma_a_fragments_bf16(v[hf][0], v[hf][1], sb[hf], f[hf]);
+            else nvfp4_wgmma_a_fragments(v[hf][0], v[hf][1], sb[hf], f[hf]);
+          }
           /* descriptor address field: (byte address) / 16, + 2 per k16 step */
           const uint64_t desc = desc0 + (uint64_t)(buf * (A16_BYTES >> 4));
           mbar_wait(bar(BAR_A16_FULL + buf), ((g0 + j) / NA16) & 1);
@@ -643,7 +800,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           for (int hf = 0; hf < 2; hf++)
 #pragma unroll
             for (int s = 0; s < 4; s++)
-              wgmma_rs<N>(*reinterpret_cast<float(*)[N / 2]>(&acc[hf][0]), f[hf][s], desc + 2 * s);
+              wgmma_rs<N, AT == NVFP4_BF16>(*reinterpret_cast<float(*)[N / 2]>(&acc[hf][0]), f[hf][s], desc + 2 * s);
           wgmma_commit();
           NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
           wgmma_wait<0>();
@@ -725,7 +882,7 @@ __global__ void __launch_bounds__(THREADS, 1)
        * said at compile time: with the cluster sum compiled in, their kernels
        * spilled) */
       const bool all = EPI_ALL && split == 2;
-      store_share<DUAL, TM>(p, l, part, smem_addr, rank, SK ? 1 : split, m0, n0, all ? tid : ct,
+      store_share<DUAL, TM, AT>(p, l, part, smem_addr, rank, SK ? 1 : split, m0, n0, all ? tid : ct,
                             all ? THREADS : THREADS - 128);
       NVFP4_TRACE_POINT(tid == 128, 11);
       if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
@@ -743,13 +900,13 @@ __global__ void __launch_bounds__(THREADS, 1)
 /* A launch of `ctas` CTAs in clusters of `split` (attr: storage for the
  * attributes the config points to: the cluster shape, and with `pdl` the
  * programmatic dependent launch of common.cuh). */
-template <int TM>
+template <int TM, int AT = NVFP4_E2M1>
 cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, cudaLaunchAttribute (&attr)[2],
                                  bool pdl) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)ctas);
   cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = Layout<TM>::SMEM_BYTES;
+  cfg.dynamicSmemBytes = Layout<TM, AT != NVFP4_E2M1>::SMEM_BYTES;
   cfg.stream = stream;
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = (unsigned)split;
@@ -763,13 +920,14 @@ cudaLaunchConfig_t launch_config(int64_t ctas, int split, cudaStream_t stream, c
 
 /* The kernel's shared-memory opt-in, once per device (before its first
  * launch and before any occupancy query, which fails without it). */
-template <bool DUAL, int TM, bool SK, bool PRE>
+template <bool DUAL, int TM, bool SK, bool PRE, int AT = NVFP4_E2M1>
 cudaError_t configure(const DeviceInfo &dev) {
   static bool configured[64] = {};
   if (dev.id >= 64) return cudaErrorInvalidDevice;
   if (!configured[dev.id]) {
-    cudaError_t e = cudaFuncSetAttribute(matmul_sm90_kernel<DUAL, TM, SK, PRE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Layout<TM>::SMEM_BYTES);
+    cudaError_t e = cudaFuncSetAttribute(matmul_sm90_kernel<DUAL, TM, SK, PRE, AT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Layout<TM, AT != NVFP4_E2M1>::SMEM_BYTES);
     if (e != cudaSuccess) return e;
     configured[dev.id] = true;
   }
@@ -778,18 +936,19 @@ cudaError_t configure(const DeviceInfo &dev) {
 
 /* Clusters of `split` CTAs that fit on the device at once (a cluster must sit
  * in one GPC: on an H200, 30 clusters of 4 but 66 of 2), per device. */
-template <bool DUAL, int TM>
+template <bool DUAL, int TM, int AT = NVFP4_E2M1>
 int max_clusters_of(int split, const DeviceInfo &dev) {
   static int cache[64][MAX_SPLIT + 1] = {};
   int &n = cache[dev.id][split];
-  if (!n && configure<DUAL, TM, false, false>(dev) != cudaSuccess) {
+  if (!n && configure<DUAL, TM, false, false, AT>(dev) != cudaSuccess) {
     cudaGetLastError();
     n = -1;
   }
   if (!n) {
     cudaLaunchAttribute attr[2];
-    const cudaLaunchConfig_t cfg = launch_config<TM>(split * dev.sms, split, nullptr, attr, false);
-    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL, TM, false, false>, &cfg) != cudaSuccess || n < 1) {
+    const cudaLaunchConfig_t cfg = launch_config<TM, AT>(split * dev.sms, split, nullptr, attr, false);
+    if (cudaOccupancyMaxActiveClusters(&n, matmul_sm90_kernel<DUAL, TM, false, false, AT>, &cfg) != cudaSuccess ||
+        n < 1) {
       cudaGetLastError(); /* clear it: the split is then simply not chosen */
       n = -1;
     }
@@ -797,15 +956,15 @@ int max_clusters_of(int split, const DeviceInfo &dev) {
   return n;
 }
 
-template <bool DUAL, int TM, bool SK, bool PRE>
+template <bool DUAL, int TM, bool SK, bool PRE, int AT = NVFP4_E2M1>
 cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const StreamK &sk, const Predecoded &pre,
                           cudaStream_t stream) {
-  cudaError_t e = configure<DUAL, TM, SK, PRE>(device_info());
+  cudaError_t e = configure<DUAL, TM, SK, PRE, AT>(device_info());
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr[2];
-  const cudaLaunchConfig_t cfg = launch_config<TM>(ctas, split, stream, attr, true);
-  if constexpr (SK) return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE>, t, split, sk, pre);
-  else return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE>, t, split, StreamKT<0>{}, pre);
+  const cudaLaunchConfig_t cfg = launch_config<TM, AT>(ctas, split, stream, attr, true);
+  if constexpr (SK) return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE, AT>, t, split, sk, pre);
+  else return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE, AT>, t, split, StreamKT<0>{}, pre);
 }
 
 /* The pre-pass over pre.blk[t.count] blocks: CTAs of PRE_THREADS and a 16 KB
@@ -825,7 +984,7 @@ cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaSt
 
 /* Pre-decoded and stream-K where the plan says so and the caller gives the
  * workspace; else split-K, the producer decoding. */
-template <int TM>
+template <int TM, int AT = NVFP4_E2M1>
 cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, cudaStream_t stream) {
   const MatmulTable &t = L.t;
   const int64_t tiles = L.tiles;
@@ -853,6 +1012,13 @@ cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, c
   }
   const int64_t ctas = sk.ctas ? sk.ctas : tiles * L.cover.split;
   const int split = sk.ctas ? 1 : L.cover.split;
+  if constexpr (AT != NVFP4_E2M1) { /* no pre-pass (plan_launch) */
+    if (TM == 128 && sk.ctas)
+      return dual ? launch_kernel<true, TM, true, false, AT>(t, ctas, split, sk, pre, stream)
+                  : launch_kernel<false, TM, true, false, AT>(t, ctas, split, sk, pre, stream);
+    return dual ? launch_kernel<true, TM, false, false, AT>(t, ctas, split, sk, pre, stream)
+                : launch_kernel<false, TM, false, false, AT>(t, ctas, split, sk, pre, stream);
+  }
   if constexpr (TM == 128) {
     if (sk.ctas)
       return pre.a16 ? (dual ? launch_kernel<true, TM, true, true>(t, ctas, split, sk, pre, stream)
@@ -869,7 +1035,11 @@ cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, c
 
 }  // namespace
 
-int sm90::max_clusters(bool dual, int tm, int split, const DeviceInfo &dev) {
+int sm90::max_clusters(bool dual, int tm, int split, const DeviceInfo &dev, bool w4a16) {
+  if (w4a16) /* the larger raw ring (Layout): its own occupancy */
+    return tm == 64 ? (dual ? max_clusters_of<true, 64, NVFP4_F16>(split, dev) : max_clusters_of<false, 64, NVFP4_F16>(split, dev))
+                    : (dual ? max_clusters_of<true, 128, NVFP4_F16>(split, dev)
+                            : max_clusters_of<false, 128, NVFP4_F16>(split, dev));
   switch (tm) {
     case 32: return dual ? max_clusters_of<true, 32>(split, dev) : max_clusters_of<false, 32>(split, dev);
     case 64: return dual ? max_clusters_of<true, 64>(split, dev) : max_clusters_of<false, 64>(split, dev);
@@ -885,7 +1055,11 @@ NVFP4_TRACE_ATTACH(sm90)
 bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (dev.major != 9 || dev.minor != 0 || !dev.sm90_code) return false;
   if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
-  return cp_async_ok(p.a) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
+  const bool w4a16 = p.a_type != NVFP4_E2M1;
+  /* W4A16: 16-byte aligned activation rows (no scales), rows > 32 (the 64- and
+   * 128-row tiles only), rows not grouped by expert */
+  if (w4a16 && (p.offs || p.m <= 32 || !rows_aligned(p.a, 16))) return false;
+  return (w4a16 || cp_async_ok(p.a)) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 
 /* problems[0, count), count <= NVFP4_LAUNCH_GROUPS, all dual or all not, each
@@ -895,6 +1069,13 @@ bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
 cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int predecode, nvfp4_workspace_fn ws,
                                void *ctx, cudaStream_t stream) {
   const Launch L = plan_launch(problems, count, ws != nullptr, predecode);
+  switch (problems[0].a_type) { /* one a_type per call (plan.cu's valid) */
+    case NVFP4_F16: return L.tm == 64 ? launch_tiles<64, NVFP4_F16>(L, nullptr, nullptr, stream)
+                                      : launch_tiles<128, NVFP4_F16>(L, ws, ctx, stream);
+    case NVFP4_BF16: return L.tm == 64 ? launch_tiles<64, NVFP4_BF16>(L, nullptr, nullptr, stream)
+                                       : launch_tiles<128, NVFP4_BF16>(L, ws, ctx, stream);
+    default: break;
+  }
   switch (L.tm) {
     case 32: return launch_tiles<32>(L, nullptr, nullptr, stream);
     case 64: return launch_tiles<64>(L, nullptr, nullptr, stream);
@@ -908,5 +1089,7 @@ void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int predecode
   char split[48] = "";
   if (L.cover.sk_ctas) std::snprintf(split, sizeof split, ", stream-K over %d CTAs", L.cover.sk_ctas);
   else if (L.cover.split > 1) std::snprintf(split, sizeof split, ", split-K %d", L.cover.split);
-  std::snprintf(what, len, "%d-row tiles%s%s", L.tm, split, L.a16_bytes() ? ", activations pre-decoded" : "");
+  const int32_t at = problems[0].a_type;
+  std::snprintf(what, len, "%s%d-row tiles%s%s", at == NVFP4_F16 ? "fp16 activations, " : at == NVFP4_BF16 ? "bf16 activations, " : "",
+                L.tm, split, L.a16_bytes() ? ", activations pre-decoded" : "");
 }

@@ -21,12 +21,16 @@ constexpr int PART_PITCH = TILE_R + 4; /* floats per row of the epilogue's fp32 
  * chunk j of row r sits at 16 * (j ^ ((r / 4) & 1)), which keeps both the
  * 16-byte decode reads and the 8-byte fragment reads conflict-free. The
  * smaller tiles keep more raw stages in flight. */
-template <int TM>
+template <int TM, bool W4A16 = false>
 struct Layout {
   static_assert(TM == 128 || TM == 64 || TM == 32, "activation tile of 128, 64 or 32 rows");
   static constexpr int STAGES = TM == 128 ? 6 : TM == 64 ? 8 : 10; /* raw fp4 ring */
   static constexpr int A16_BYTES = TM * KSTEP * 2;                /* one fp16 A tile */
-  static constexpr int RAW_A = 0, RAW_B = RAW_A + TM * 32, RAW_SFA = RAW_B + TILE_R * 32, RAW_SFB = RAW_SFA + TM * 4;
+  /* W4A16: a raw activation row is 128 bytes of 16-bit values (chunks at
+   * a16_chunk, natural K order), and there are no activation scales */
+  static constexpr int RAW_A_ROW = W4A16 ? 128 : 32, RAW_SFA_ROW = W4A16 ? 0 : 4;
+  static constexpr int RAW_A = 0, RAW_B = RAW_A + TM * RAW_A_ROW, RAW_SFA = RAW_B + TILE_R * 32,
+                       RAW_SFB = RAW_SFA + TM * RAW_SFA_ROW;
   static constexpr int STAGE_BYTES = RAW_SFB + TILE_R * 4;
   static constexpr int RAW_BASE = NA16 * A16_BYTES;
   static constexpr int BAR_BASE = RAW_BASE + STAGES * STAGE_BYTES; /* 8-byte mbarriers */
@@ -34,6 +38,7 @@ struct Layout {
   static constexpr int PART_BYTES = TM * PART_PITCH * 4;
   static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
   static constexpr int SMEM_BYTES = MAIN_BYTES;
+  static_assert(SMEM_BYTES <= 227 * 1024, "an sm_90 CTA's shared memory");
 };
 
 /* Stream-K launches (128-row tiles, every problem the same K): the launch's
@@ -134,6 +139,6 @@ void sk_ranges(const Launch &launch, StreamK &sk);
 
 /* Clusters of `split` CTAs of the kernel that fit on the device at once
  * (matmul_sm90.cu; -1 where none does). */
-int max_clusters(bool dual, int tm, int split, const DeviceInfo &dev);
+int max_clusters(bool dual, int tm, int split, const DeviceInfo &dev, bool w4a16 = false);
 
 }  // namespace sm90

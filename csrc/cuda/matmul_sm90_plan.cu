@@ -43,14 +43,14 @@ inline bool predecode_pays(double cta_steps, double a16_bytes) {
  * shapes (H100); of those with a cost ratio stream-K / split-K of 0.939-0.949,
  * as many ran slower as faster. */
 Cover choose_cover(bool dual, int tm, int64_t tiles, int64_t ksteps, double sk_steps, double pre_bytes, bool sk_ok,
-                   const DeviceInfo &dev) {
+                   const DeviceInfo &dev, bool w4a16) {
   const double FILL_STEPS = tm == 128 ? 3.0 : 8.0;
   int best = 1;
   double best_cost = 1e30, split_k_cost = 1e30; /* the latter: against stream-K */
   double pre_cost = 1e30; /* split 1 pre-decoded, where that pays */
   for (int s = 1; s <= MAX_SPLIT; s++) {
     if (s > 1 && ksteps / s < 4) break;
-    const int fit = max_clusters(dual, tm, s, dev);
+    const int fit = max_clusters(dual, tm, s, dev, w4a16);
     if (fit < 1) continue;
     const double waves = (double)((tiles + fit - 1) / fit);
     const double cost = waves * ((double)((ksteps + s - 1) / s) + FILL_STEPS);
@@ -130,7 +130,8 @@ Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int 
   for (int g = 0; g < count; g++) /* stream-K: every problem with tiles has the same K */
     sk_ok = sk_ok && (!problems[g].m || !problems[g].n || !problems[g].batch || problems[g].k / KSTEP == ksteps);
   int64_t blocks = 0; /* the fp16 tiles of problems with tiles, where a pre-pass may write them */
-  bool pre_ok = ws_ok;
+  const bool w4a16 = problems[0].a_type != NVFP4_E2M1;
+  bool pre_ok = ws_ok && !w4a16; /* 16-bit activations: permuted by the producer, no pre-pass */
   for (int g = 0; pre_ok && g < count; g++) {
     const nvfp4_matmul &p = problems[g];
     L.a16_blk[g] = (int32_t)blocks;
@@ -140,7 +141,7 @@ Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int 
   const double pre_bytes = pre_ok ? (double)(blocks * tm * KSTEP * 2) : -1.0;
   if (sk_ok) L.sk_cost = sk_cost(L.t, (int)ksteps);
   const double sk_steps = sk_ok ? (double)L.sk_cost / 50.0 : (double)(tiles * ksteps);
-  L.cover = choose_cover(L.dual, tm, tiles, ksteps, sk_steps, pre_bytes, sk_ok, device_info());
+  L.cover = choose_cover(L.dual, tm, tiles, ksteps, sk_steps, pre_bytes, sk_ok, device_info(), w4a16);
   if (!pre_ok) return L;
   const bool whole_tiles = L.cover.split == 1 && !L.cover.sk_ctas;
   if (predecode == 1 || (whole_tiles && predecode_pays(L.cover.steps, pre_bytes))) L.a16_blk[count] = (int32_t)blocks;

@@ -228,6 +228,72 @@ __device__ __forceinline__ void nvfp4_wgmma_a_fragments(uint2 v0, uint2 v1, uint
   }
 }
 
+/* ---- bf16 weight fragments (W4A16 with bf16 activations on wgmma) --------
+ * wgmma multiplies one type: bf16 activations need bf16 weight fragments.
+ * Each code's bits placed straight into a bf16 (sign at bit 15, e1 e0 m at
+ * bits 8..6: exponent field e1 e0, mantissa's top bit m) read value * 2^-126
+ * exactly (code 0.5: the subnormal 2^-127); times its block's scale as a bf16
+ * times 2^119 (<= 448 * 2^119 < bf16's max; >= 2^-9 * 2^119) the product is
+ * value * scale * 2^-7: at most 6 significant bits, >= 2^-17, exact. The
+ * kernel's sums carry 2^-7 (NVFP4_TC_UNSCALE_BF16 = 2^7, bf16 fragments times
+ * 16-bit activations: one decoded operand). Same pairs as
+ * nvfp4_e2m1x8_to_half2x4: {0, 2}, {4, 6}, {1, 3}, {5, 7}. */
+#define NVFP4_TC_UNSCALE_BF16 128.0f /* 2^7 */
+__device__ __forceinline__ uint32_t nvfp4_bf16_place(uint32_t t) { return ((t << 6) | (t << 12)) & 0x81C081C0u; }
+__device__ __forceinline__ uint32_t nvfp4_mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#endif
+  return d;
+}
+__device__ __forceinline__ void nvfp4_e2m1x8_to_bf162x4(uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
+  const uint32_t w4 = w >> 4; /* odd codes in the low nibbles */
+  h[0] = nvfp4_mul_bf16x2(nvfp4_bf16_place(prmt(w, 0u, 0x4140u)), s2);  /* codes 0, 2 */
+  h[1] = nvfp4_mul_bf16x2(nvfp4_bf16_place(prmt(w, 0u, 0x4342u)), s2);  /* 4, 6 */
+  h[2] = nvfp4_mul_bf16x2(nvfp4_bf16_place(prmt(w4, 0u, 0x4140u)), s2); /* 1, 3 */
+  h[3] = nvfp4_mul_bf16x2(nvfp4_bf16_place(prmt(w4, 0u, 0x4342u)), s2); /* 5, 7 */
+}
+/* Two e4m3 scale bytes -> bf16x2 {s0 * 2^119, s1 * 2^119}, exact, NaN kept. */
+__device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_bf162_x2p119(uint32_t two_bytes) {
+  const float2 f = nvfp4_e4m3x2_to_float2(two_bytes);
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(f.y * 0x1p119f), "f"(f.x * 0x1p119f));
+  return d;
+}
+/* nvfp4_wgmma_a_fragments with bf16 fragments (value * scale * 2^-7). */
+__device__ __forceinline__ void nvfp4_wgmma_a_fragments_bf16(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
+  const uint32_t s01 = nvfp4_e4m3x2_to_bf162_x2p119(sb);
+  const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
+  uint32_t h00[4], h01[4], h10[4], h11[4];
+  nvfp4_e2m1x8_to_bf162x4(v0.x, s0, h00);
+  nvfp4_e2m1x8_to_bf162x4(v0.y, s0, h01);
+  nvfp4_e2m1x8_to_bf162x4(v1.x, s1, h10);
+  nvfp4_e2m1x8_to_bf162x4(v1.y, s1, h11);
+#pragma unroll
+  for (int s = 0; s < 4; s++) {
+    f[s][0] = h00[s];
+    f[s][1] = h10[s];
+    f[s][2] = h01[s];
+    f[s][3] = h11[s];
+  }
+}
+
+/* ---- 16-bit activations into the decoders' K order --------------------------
+ * The weight fragments hold, in k16 step s of a 64-wide K step, slots
+ * (2t, 2t + 1) = values 16t + o_s + (0, 2), slots (2t + 8, 2t + 9) the same
+ * + 8, o_s = 0, 4, 1, 5 (nvfp4_e2m1x8_to_half2x4's pairs). A 16-bit row's
+ * natural 16-byte chunk n = 2t + h (values 16t + 8h .. + 7, words {x0, x1},
+ * {x2, x3}, {x4, x5}, {x6, x7}) gives word t of tile chunks 2s + h: {x0, x2},
+ * {x4, x6}, {x1, x3}, {x5, x7} for s = 0..3: one prmt per word (the pairing
+ * w4a16.cu builds its B fragments with). d[s] = the word for chunk 2s + h. */
+__device__ __forceinline__ void nvfp4_act16_words(uint4 n, uint32_t (&d)[4]) {
+  d[0] = prmt(n.x, n.y, 0x5410), d[1] = prmt(n.z, n.w, 0x5410);
+  d[2] = prmt(n.x, n.y, 0x7632), d[3] = prmt(n.z, n.w, 0x7632);
+}
+
 /* ---- encoding ---------------------------------------------------------------
  * nvfp4_quantize_block (numerics.h) on the device: the same scale byte and
  * codes, by the hardware's e4m3 conversion (sm_89+) and fused multiply-adds

@@ -81,6 +81,12 @@ bool hopper_wide_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
 
 bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
 
+/* W4A16 on the wgmma kernel (where matmul_sm90_can_run: Hopper, K % 64 == 0,
+ * aligned rows, M > 32, no offs) from 64 rows: a Llama-3-8B layer's linears
+ * at M = 64 / 256 / 4096 took 0.37 / 0.27 / 0.28x the time of w4a16.cu's
+ * 64-row tiles (H200, 2026-11-29). M = 33..63 not yet measured. */
+bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) { return p.a_type != NVFP4_E2M1 && p.m >= 64; }
+
 struct Rule {
   Kernel kernel;
   View view;
@@ -90,7 +96,8 @@ struct Rule {
 
 /* The table. */
 constexpr Rule RULES[] = {
-    /* 16-bit activations (W4A16): the one kernel that takes them (mma.sync, every sm_80+ GPU) */
+    /* 16-bit activations (W4A16): wgmma on Hopper from 64 rows, else mma.sync (every sm_80+ GPU) */
+    {Kernel::WGMMA, View::GIVEN, true, w4a16_wgmma_pays},
     {Kernel::W4A16, View::GIVEN, true, always},
     /* the gemv op, a gemm of <= 8 weight rows: the weights' bytes decide, streamed once by a GEMV */
     {Kernel::GEMV_MMA, View::VECTORS, false, gemv_mma_pays},
@@ -128,7 +135,8 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
 }
 
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
-  if ((p.a_type != NVFP4_E2M1) != (k == Kernel::W4A16)) return false; /* W4A16 and the NVFP4 kernels: disjoint */
+  const bool w4a16 = p.a_type != NVFP4_E2M1;
+  if (k == Kernel::W4A16 ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false; /* W4A16: w4a16.cu, or wgmma */
   if (p.offs && k != Kernel::W4A16) return false;                      /* rows grouped by expert: W4A16's alone */
   switch (k) {
     case Kernel::W4A16: return w4a16_can_run(p, dev);
