@@ -33,7 +33,7 @@ weighted combine), their tensors stacked per expert; its docstring has the numbe
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -521,16 +521,28 @@ class NVFP4MoE(torch.nn.Module):
             return x
         return ops.quantized_values(x, global_scale=global_scale[expert_of_row])
 
-    def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None,
+                topk: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+        """x [T, H] and either router_logits [T, E] (routed by ``route``) or topk = (weights [T, top_k],
+        expert ids [T, top_k]) as a router has chosen them (transformers 5's routers return both)."""
         if not isinstance(x, torch.Tensor) or x.dtype not in _ACT_DTYPES or x.dim() != 2 \
                 or x.shape[1] != self.hidden_size:
             raise TypeError(f"NVFP4MoE: x must be a float16 or bfloat16 [T, hidden_size={self.hidden_size}] tensor, "
                             f"got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
-        if not isinstance(router_logits, torch.Tensor) or router_logits.shape != (x.shape[0], self.num_experts):
-            raise ValueError(f"NVFP4MoE: router_logits must be [T={x.shape[0]}, num_experts={self.num_experts}], "
-                             f"got {tuple(getattr(router_logits, 'shape', ()))}")
         t, k = x.shape[0], self.top_k
-        weights, ids = self.route(router_logits)
+        if topk is None:
+            if not isinstance(router_logits, torch.Tensor) or router_logits.shape != (t, self.num_experts):
+                raise ValueError(f"NVFP4MoE: router_logits must be [T={t}, num_experts={self.num_experts}], "
+                                 f"got {tuple(getattr(router_logits, 'shape', ()))}")
+            weights, ids = self.route(router_logits)
+        else:  # a router's choice: ids in [0, num_experts) (a precondition: checking it would sync)
+            weights, ids = topk if isinstance(topk, (tuple, list)) and len(topk) == 2 else (None, None)
+            if not (isinstance(weights, torch.Tensor) and weights.is_floating_point() and weights.shape == (t, k)
+                    and isinstance(ids, torch.Tensor) and not ids.is_floating_point() and ids.shape == (t, k)
+                    and weights.device == ids.device == x.device):
+                got = [(getattr(v, "dtype", type(v).__name__), tuple(getattr(v, "shape", ()))) for v in (weights, ids)]
+                raise ValueError(f"NVFP4MoE: topk must be (float weights, integer expert ids), each [T={t}, "
+                                 f"top_k={k}] on x's device, got {got}")
         order, expert_of_row, offs = sort_by_expert(ids, self._experts)
         token_of_row = order // k
         w4a4 = self.mode == "w4a4"

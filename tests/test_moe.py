@@ -26,9 +26,10 @@ def make_moe(mode, routing, gen, device, top_k=2, **kw):
     return moe.to(device)
 
 
-def per_token(moe, x, logits):
-    """out[t] = sum_j w[t, j] * expert_{ids[t, j]}(x[t]), one row at a time through the dense ops."""
-    weights, ids = moe.route(logits)
+def per_token(moe, x, logits, topk=None):
+    """out[t] = sum_j w[t, j] * expert_{ids[t, j]}(x[t]), one row at a time through the dense ops; the
+    weights and ids routed from logits, or topk's (a router's)."""
+    weights, ids = moe.route(logits) if topk is None else topk
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
     i = moe.intermediate_size
 
@@ -127,6 +128,11 @@ def test_bad_arguments():
         moe(torch.zeros(3, H), torch.zeros(3, E))
     with pytest.raises(ValueError, match=r"router_logits must be \[T=3, num_experts=8\]"):
         moe(torch.zeros(3, H, dtype=torch.bfloat16), torch.zeros(3, E + 1))
+    x = torch.zeros(3, H, dtype=torch.bfloat16)
+    w, ids = torch.ones(3, 2), torch.zeros(3, 2, dtype=torch.int64)
+    for bad in [(w, ids.float()), (w[:2], ids), (w, ids[:, :1]), (ids, ids), (w,), "topk"]:
+        with pytest.raises(ValueError, match=r"topk must be \(float weights, integer expert ids\), each \[T=3, top"):
+            moe(x, topk=bad)
     with pytest.raises(ValueError, match=r"w4a4 needs input_scales"):
         NVFP4MoE.from_experts(torch.zeros(E, I, H), torch.zeros(E, I, H), torch.zeros(E, H, I), 2, mode="w4a4")
 
@@ -250,7 +256,9 @@ def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
         out = block(x)
         out = out[0] if block.returns_logits else out
         x2 = x.reshape(-1, H)
-        want = per_token(block.experts, x2, block.router_logits(x2))
+        routed = block.gate(x2)  # transformers 5's routers: (logits, top-k weights, ids), which the block takes
+        topk = routed[1:] if block.router_call == "first" else None
+        want = per_token(block.experts, x2, block.router_logits(x2), topk)
         if block.shared_experts is not None:
             want = want + block.shared_experts(x2)
         assert torch.equal(out.reshape(-1, H), want)

@@ -133,8 +133,9 @@ class NVFP4MoEBlock(torch.nn.Module):
     module added to every token's output, as DeepSeek-V3's). forward(hidden_states [..., H]) -> as
     the block it replaces: (out [..., H], router_logits [tokens, E]) where ``returns_logits``, out
     alone where not. ``router_call``, how the logits come from the router: "logits", gate(x) (an
-    nn.Linear, transformers 4.x); "first", gate(x)[0] (transformers 5's routers, which return the
-    logits first: calling them keeps their hooks, which record the logits for the auxiliary loss);
+    nn.Linear, transformers 4.x); "first", gate(x) (transformers 5's routers, which return the
+    logits, the top-k weights and expert ids: the experts take the latter as they are, so routing
+    runs once, and calling the router keeps its hooks, which record the logits for the auxiliary loss);
     "fp32", x and the router's weight in float32 (DeepSeek-V3's router in transformers 4.x, which
     returns no logits). (transformers 4.x records router logits by the block's class, which this is
     not: there output_router_logits yields no auxiliary loss, a training matter.)"""
@@ -154,8 +155,13 @@ class NVFP4MoEBlock(torch.nn.Module):
 
     def forward(self, hidden_states: torch.Tensor):
         x = hidden_states.reshape(-1, hidden_states.shape[-1])
-        logits = self.router_logits(x)
-        out = self.experts(x, logits)
+        routed = self.gate(x) if self.router_call == "first" else None
+        if isinstance(routed, tuple) and len(routed) == 3:  # transformers 5: logits, top-k weights and ids
+            logits = routed[0]
+            out = self.experts(x, topk=routed[1:])  # routed once, as the block this replaces uses them
+        else:
+            logits = routed[0] if routed is not None else self.router_logits(x)
+            out = self.experts(x, logits)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         out = out.reshape(hidden_states.shape)
