@@ -264,7 +264,9 @@ def test_from_pretrained_swaps_moe_blocks(tmp_path, gen, arch):
         assert torch.equal(out.reshape(-1, H), want)
         a, b = fast(ids).logits.float(), looped(ids).logits.float()
         assert (a - b).abs().max() / b.abs().max() < 0.15
-        assert fast.generate(ids[:1], max_new_tokens=4, do_sample=False, pad_token_id=0).shape == (1, 13)
+        # min_new_tokens: random weights may pick the end-of-sequence token first
+        out = fast.generate(ids[:1], max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+        assert out.shape == (1, 13)
         if arch != "deepseek_v3":  # runs; in 5 the router's hooks record the logits for the auxiliary loss
             aux = fast(ids, output_router_logits=True).aux_loss
             assert not block.gate.__class__.__name__.endswith("Router") or torch.isfinite(aux) and aux > 0
