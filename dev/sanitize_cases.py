@@ -200,10 +200,11 @@ def main(only):
                                     (None, 176, 36 * 256 - 77, 4352, bf16)]:  # the last: stream-K
             bad += w4a16_wrong(L, m, n, k, x_dtype, 0, "blocked", alpha)
     if section("grouped_mm"):
-        # rows grouped by expert (w4a16.cu's expert_tile): empty experts, rows past the last, 16- and 64-row
-        # tiles, plain and gated, split K
+        # rows grouped by expert (common.cuh's expert_tile): empty experts, rows past the last, 16- and 64-row
+        # tiles, plain and gated, split K (w4a16.cu); from 64 rows an expert the wgmma kernel's 128-row tiles
         for sizes, t, n, k, gated in [([3, 0, 5, 1], 12, 48, 80, True), ([0, 40, 0, 70], 120, 96, 272, False),
-                                      ([2, 1], 4, 300, 4096, False), ([1] * 40, 40, 64, 512, True)]:
+                                      ([2, 1], 4, 300, 4096, False), ([1] * 40, 40, 64, 512, True),
+                                      ([130, 0, 70, 200], 410, 96, 256, False), ([64, 65, 63, 0, 129], 330, 128, 512, True)]:
             e = len(sizes)
             w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=dev)
             x = torch.randn(t, k, generator=gen).to(bf16).to(dev)

@@ -1,6 +1,7 @@
 """Problem builders for the tests: operands from nvfp4_kernels.testing, outputs
 poisoned with NaN, and the reference result."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -67,6 +68,16 @@ def w4a16_slack(x, b1, sfb1, alpha1=1.0, b2=None, sfb2=None, alpha2=1.0):
     c2 = float(alpha2) * (xd @ reference.dequantize(b2, sfb2).transpose(-1, -2).to(xd.device))
     e2 = bound(b2, sfb2, alpha2)
     return 1.1 * e1 * (c2.abs() + e2) + (torch.nn.functional.silu(c1).abs() + 1.1 * e1) * e2
+
+
+@functools.cache
+def wgmma_built():
+    """A Hopper GPU and this build's sm_90a code (a compute_80-only build runs the mma.sync kernel
+    there): the planner takes the wgmma kernel for a 128 x 4096 x 7168 gemm wherever it can."""
+    if not (nk.WITH_CUDA and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
+        return False
+    a, b = gemm_problem(None, 128, 4096, 7168, torch.Generator().manual_seed(0), "cuda")
+    return nk.kernel_name("gemm", a.data, b.data, a.sf, b.sf).startswith("wgmma")
 
 
 def launched(fn):

@@ -13,7 +13,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches, needs_cuda
-from helpers import poisoned, w4a16_slack
+from helpers import FORCED, poisoned, w4a16_slack, wgmma_built
 
 
 def routing(sizes, device):
@@ -57,6 +57,12 @@ CASES = [  # (group sizes, T, N, K, scale layout, gated)
     ([0, 0, 0], 5, 32, 64, "linear", False),          # no rows at all
     ([2, 5], 7, 300, 2048, "linear", False),          # long K over few tiles: CTAs share K on a GPU
     ([130, 3, 0, 60], 193, 128, 512, "blocked", True),  # 64-row tiles
+    # 64 rows an expert or more, K % 64 == 0: the wgmma kernel's 128-row tiles on Hopper (plan.cu)
+    ([130, 0, 70, 200], 410, 96, 256, "linear", False),  # 10 rows past the last expert
+    ([0, 300, 0], 300, 136, 192, "linear", True),         # one expert takes every row
+    ([64, 65, 63, 0, 129], 330, 128, 512, "blocked", True),
+    ([200, 200], 400, 48, 1024, "linear", False),
+    ([64], 64, 72, 128, "linear", True),                  # the 64-row tile
 ]
 
 
@@ -77,6 +83,10 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
                                 out=out.new_full(out.shape, float("nan")))
     rows = int(offs[-1])
     assert torch.isnan(out[rows:].float()).all(), "rows past the last expert were written"
+    if device == "cuda":  # the planner's rule (plan.cu): wgmma from 64 rows an expert, where it can run
+        name = nk.kernel_name("grouped_mm_gated" if gated else "grouped_mm", x, w.data, w.sf, offs)
+        wgmma = wgmma_built() and k % 64 == 0 and (t >= 64 * e or (FORCED == "wgmma" and t > 32))
+        assert name.startswith("wgmma" if wgmma else "w4a16") and "rows by expert" in name, name
     assert_matches(out[:rows], want[:rows], f"grouped_mm {case}", slack=slack(x, w.data, w.sf, offs, alphas, alphas2,
                                                                              gated)[:rows])
     # allocating, no alphas, the other output dtype
@@ -89,19 +99,24 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
 
 
 @needs_cuda
-def test_graph_replays_new_routings(gen):
+@pytest.mark.parametrize("e,t,n,k,routings", [
+    (6, 24, 96, 256, ([24, 0, 0, 0, 0, 0], [0, 3, 0, 11, 0, 10], [1, 2, 3, 4, 5, 9])),
+    (4, 384, 128, 256, ([384, 0, 0, 0], [0, 100, 0, 284], [96, 96, 96, 96])),  # wgmma's on Hopper
+])
+def test_graph_replays_new_routings(gen, e, t, n, k, routings):
     """Captured once; each replay takes new offsets (and rows) copied into the captured tensors."""
-    e, t, n, k = 6, 24, 96, 256
     w = random_operand(e, 2 * n, k, gen=gen, device="cuda")
     x = activations(t, k, torch.bfloat16, gen, "cuda")
-    offs = routing([4] * e, "cuda")
+    offs = routing([t // e] * e, "cuda")
     alphas = (torch.rand(e, generator=gen) + 0.5).cuda()
+    name = nk.kernel_name("grouped_mm_gated", x, w.data, w.sf, offs)
+    assert "rows by expert" in name and name.startswith("wgmma" if t >= 64 * e and wgmma_built() else "w4a16"), name
     nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True)  # warm-up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         y = nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True)
-    for sizes in ([24, 0, 0, 0, 0, 0], [0, 3, 0, 11, 0, 10], [1, 2, 3, 4, 5, 9]):
+    for sizes in routings:
         offs.copy_(routing(sizes, "cuda"))
         x.copy_(activations(t, k, torch.bfloat16, gen, "cuda"))
         graph.replay()

@@ -7,7 +7,6 @@ nvfp4_kernels.kernel_name names the forced kernel, that the profiler saw that ke
 launched, and the exact result into poisoned outputs. test_plan_is_what_runs checks, unforced,
 that the kernel the planner reports is the one launched, over shapes of every route."""
 
-import functools
 import importlib.util
 import os
 import subprocess
@@ -20,20 +19,10 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import FORCED, KERNEL_SYMBOLS, gemm_problem, gemv_problem, launched, poisoned, w4a16_slack
+from helpers import FORCED, KERNEL_SYMBOLS, gemm_problem, gemv_problem, launched, poisoned, w4a16_slack, wgmma_built
 
 ON_GPU = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
-IS_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
 
-
-@functools.cache
-def wgmma_built():
-    """A Hopper GPU and this build's sm_90a code (a compute_80-only build runs the mma.sync kernel
-    there): the planner takes the wgmma kernel for a 128 x 4096 x 7168 gemm wherever it can."""
-    if not IS_HOPPER:
-        return False
-    a, b = gemm_problem(None, 128, 4096, 7168, torch.Generator().manual_seed(0), "cuda")
-    return nk.kernel_name("gemm", a.data, b.data, a.sf, b.sf).startswith("wgmma")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -75,8 +64,8 @@ for _kernel, _cases in CASES.items():
     if _kernel != "w4a16":
         _cases += [(op + "+", *rest) for op, *rest in _cases[:4]]
 # A forced kernel (and variant) -> the test files run in its child besides this one.
-FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"], "wgmma": ["test_epilogue.py"],
-          "wgmma:predecode": ["test_tensor_cores.py"],
+FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"],
+          "wgmma": ["test_epilogue.py", "test_grouped_mm.py"], "wgmma:predecode": ["test_tensor_cores.py"],
           "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": [],
           "w4a16": ["test_epilogue.py"]}
 

@@ -3,6 +3,7 @@
  * several problems, small load helpers, and the fp32 epilogue.
  */
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <random>
@@ -50,6 +51,52 @@ __device__ __forceinline__ int table_find(const MatmulTable &t, int64_t &tile) {
   while (g + 1 < t.count && tile >= t.tile_start[g + 1]) g++;
   tile -= t.tile_start[g];
   return g;
+}
+
+/* Rows grouped by expert (nvfp4.h), in tiles of TM rows: a launch counts a
+ * bound on the (expert, TM rows) tiles, min(E, m) + ceil(m / TM). */
+__host__ __device__ __forceinline__ int64_t expert_row_tiles(const nvfp4_matmul &p, int64_t tm) {
+  return p.batch ? (p.batch < p.m ? p.batch : p.m) + (p.m + tm - 1) / tm : 0;
+}
+
+/* Row tile r of such a launch is the r-th (expert, TM rows) pair in expert
+ * order: found (in shared memory) = its expert, first row and the expert's
+ * row end; expert -1 where there is none (past the bound's real tiles). Warp
+ * 0 scans the offsets 32 experts at a time (prefix max of the clamped ends,
+ * prefix sum of their tiles); every thread of the CTA calls, and waits. */
+template <int TM>
+__device__ __forceinline__ void expert_tile(const nvfp4_matmul &p, int64_t r, long long *found) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const unsigned all = 0xFFFFFFFFu;
+    if (lane == 0) found[0] = -1;
+    __syncwarp();
+    long long end_before = 0, tiles_before = 0; /* of the experts before this group of 32 */
+    for (long long e0 = 0; e0 < p.batch && tiles_before <= r; e0 += 32) {
+      const long long e = e0 + lane;
+      long long end = e < p.batch ? std::min<long long>(std::max<long long>(p.offs[e], 0), p.m) : 0;
+      end = std::max(end, end_before);
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const long long o = __shfl_up_sync(all, end, d);
+        if (lane >= d) end = std::max(end, o);
+      }
+      long long start = __shfl_up_sync(all, end, 1);
+      if (lane == 0) start = end_before;
+      const long long tiles = (end - start + TM - 1) / TM;
+      long long cum = tiles;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const long long o = __shfl_up_sync(all, cum, d);
+        if (lane >= d) cum += o;
+      }
+      const long long before = tiles_before + cum - tiles;
+      if (r >= before && r < before + tiles) found[0] = e, found[1] = start + (r - before) * TM, found[2] = end;
+      end_before = __shfl_sync(all, end, 31);
+      tiles_before += __shfl_sync(all, cum, 31);
+    }
+  }
+  __syncthreads();
 }
 
 /* x, as a value the compiler cannot see through: what is computed from it

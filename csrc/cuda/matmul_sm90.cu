@@ -57,8 +57,10 @@
  * 32-bit word (produce16): the order w4a16.cu's fragments use. The consumers
  * decode the weights into the activations' type, exactly: fp16 fragments
  * carry value * scale * 2^-6, bf16 ones 2^-7 (numerics.cuh), which the
- * epilogue takes back with alpha (tc_unscale). No pre-pass; the grouped
- * problems of an MoE (offs) stay on w4a16.cu.
+ * epilogue takes back with alpha (tc_unscale). No pre-pass. Rows grouped by
+ * expert (an MoE's, offs): one CTA per tile of a bound on the (expert, 128
+ * rows) tiles (expert_tile, common.cuh), found once into shared memory; split
+ * 1, no stream-K; the spare tiles return at once.
  *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
@@ -182,7 +184,7 @@ struct StageCopies {
  * whole 128-byte rows), at their a16_chunk places in the stage's raw
  * activation rows (natural K order; the producer permutes them into the fp16
  * tile); the weights and their scales as StageCopies does. Activation rows
- * past M (PAD) are not copied. */
+ * past m_end (M, or the expert's last row: PAD) are not copied. */
 template <bool DUAL, int TM, bool PAD>
 struct StageCopies16 {
   using L = Layout<TM, true>;
@@ -193,20 +195,21 @@ struct StageCopies16 {
   uint32_t a_off, b_off, sb_off; /* the thread's first destination of each kind in a stage */
   uint32_t a_live; /* bit q: activation row ar + 16 q exists */
 
-  __device__ __forceinline__ StageCopies16(const nvfp4_matmul &p, int l, int64_t n0, int64_t m0, int kbeg, int i)
+  __device__ __forceinline__ StageCopies16(const nvfp4_matmul &p, int l, int64_t n0, int64_t m0, int64_t m_end,
+                                           int kbeg, int i)
       : kbeg(kbeg) {
     const int r = i, half = i & 1, pr = i >> 1, ar = i >> 3, ac = i & 7;
     a_off = L::RAW_A + a16_chunk(ar, ac), b_off = L::RAW_B + raw_chunk(pr, half), sb_off = L::RAW_SFB + 4 * r;
     const int64_t k_blocks = p.k / 16;
     auto clamp = [](int64_t row, int64_t rows) { return row < rows ? row : rows - 1; };
     auto b_row = [&](int tr) { return clamp(n0 + (DUAL ? tr % 128 : tr), p.n); };
-    a_src = p.a.data + l * p.a.batch_stride + clamp(m0 + ar, p.m) * p.a.row_stride + 16 * ac;
+    a_src = p.a.data + l * p.a.batch_stride + clamp(m0 + ar, m_end) * p.a.row_stride + 16 * ac;
     a_step = 16 * p.a.row_stride;
     /* always: the kernels that take padded tiles on the full-tile path (SK,
      * the dual's 64-row tile) must not read past the last row either */
     a_live = 0;
 #pragma unroll
-    for (int q = 0; q < A_COPIES; q++) a_live |= (m0 + ar + 16 * q < p.m ? 1u : 0u) << q;
+    for (int q = 0; q < A_COPIES; q++) a_live |= (m0 + ar + 16 * q < m_end ? 1u : 0u) << q;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       const nvfp4_operand &bop = (DUAL && c >= 2) ? p.b2 : p.b;
@@ -343,16 +346,19 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
  * loads of a split-K sum have 12 warps to hide their latency. */
 template <bool DUAL, int TM, int AT = NVFP4_E2M1>
 __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const float *part, uint32_t part_addr,
-                                            int rank, int split, int64_t m0, int64_t n0, int first, int stride) {
+                                            int rank, int split, int64_t m0, int64_t n0, int first, int stride,
+                                            const long long *expert) {
   constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R;
   constexpr int VECS = OUT_COLS / 4;
   const int mr0 = TM * rank / split, mr1 = TM * (rank + 1) / split;
-  const Epilogue ep(p, tc_unscale<AT>());
+  /* W4A16 rows grouped by expert: expert l's alphas, rows to its end */
+  const bool by_expert = AT != NVFP4_E2M1 && p.offs;
+  const Epilogue ep(p, tc_unscale<AT>(), false, by_expert ? l : 0);
   uint16_t *c = static_cast<uint16_t *>(p.c) + l * p.c_batch_stride;
   const bool vec_ok = aligned(p.c, 8) && p.c_row_stride % 4 == 0 && p.c_batch_stride % 4 == 0;
   /* the problem's fields in registers: read through the table's dynamic
    * index, each was an indexed constant load inside the loop */
-  const int64_t pm = p.m, pn = p.n, c_row_stride = p.c_row_stride;
+  const int64_t pm = by_expert ? expert[2] : p.m, pn = p.n, c_row_stride = p.c_row_stride;
   /* PLAIN (a gemm without bias, fp16 out: the competition's and most calls):
    * the loop compiled without the bias and bf16 branches; the same values. The
    * dual keeps its one loop: with a second copy, its single calls at M = 256
@@ -426,6 +432,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   uint8_t *smem = smem_dyn;
   const uint32_t smem_addr = (uint32_t)__cvta_generic_to_shared(smem);
   if (smem_addr & 1023) __trap();
+  /* W4A16 rows grouped by expert: expert_tile's finding for the tile */
+  long long *const expert = reinterpret_cast<long long *>(smem + L::EXPERT_BASE);
   /* setmaxnreg split of the CTA's 384 x 168 = 64512 registers (what it was
    * given at launch: an .inc beyond that waits forever): 128 x 88 + 256 x 208.
    * The producer spilled at 56 and 64; 72 and 88 measured alike. Pre-decoded
@@ -479,11 +487,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     /* 32-bit tile arithmetic (the launch has < 2^31 tiles): 64-bit divisions
      * are subroutine calls */
     const nvfp4_matmul &q = t.p[pg];
-    const int tiles_m = (int)((q.m + TM - 1) / TM), tiles_n = (int)((q.n + OUT_COLS - 1) / OUT_COLS);
+    const bool by_expert = AT != NVFP4_E2M1 && q.offs; /* the expert and rows: found once (below) */
+    const int tiles_m = by_expert ? (int)expert_row_tiles(q, TM) : (int)((q.m + TM - 1) / TM),
+              tiles_n = (int)((q.n + OUT_COLS - 1) / OUT_COLS);
     const int tile32 = (int)tile, in_batch = tile32 % (tiles_m * tiles_n);
-    l = tile32 / (tiles_m * tiles_n);
-    n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = (int64_t)(in_batch % tiles_m) * TM;
+    l = by_expert ? (int)expert[0] : tile32 / (tiles_m * tiles_n);
+    n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = by_expert ? expert[1] : (int64_t)(in_batch % tiles_m) * TM;
     return true;
+  };
+  /* the row after the tile's last: M, or (W4A16 rows grouped by expert) the expert's end */
+  auto m_end_of = [&](const nvfp4_matmul &q) -> int64_t {
+    if constexpr (AT != NVFP4_E2M1) {
+      if (q.offs) return expert[2];
+    }
+    return q.m;
   };
   const int tid = threadIdx.x;
   NVFP4_TRACE_POINT(tid == 0, 0);
@@ -503,6 +520,14 @@ __global__ void __launch_bounds__(THREADS, 1)
   __syncthreads();
   pdl_wait(); /* the set-up above overlaps the previous kernel's end */
   NVFP4_TRACE_POINT(tid == 0, 1);
+  /* W4A16 rows grouped by expert (one problem, split 1, no stream-K: the
+   * plan's): the tile's expert and rows, found once (expert_tile) */
+  if constexpr (AT != NVFP4_E2M1) {
+    if (t.p[0].offs) {
+      expert_tile<TM>(t.p[0], tile % expert_row_tiles(t.p[0], TM), expert);
+      if (expert[0] < 0) return; /* past the last expert's rows: the bound's spare tiles */
+    }
+  }
   /* SK: the rings and their barriers run on from one segment to the next (K
    * step g0 + j of the CTA). A segment that ends by handing its partial over
    * leaves the rings to the next one at once; one that stored its tile
@@ -617,10 +642,10 @@ __global__ void __launch_bounds__(THREADS, 1)
        * decoders' K order (nvfp4_act16_words): word t of tile chunks 2s + h. */
       auto produce16 = [&](auto pad) {
         constexpr bool PAD = decltype(pad)::value;
-        const StageCopies16<DUAL, TM, PAD> copies(p, l, n0, m0, kbeg, tid);
+        const StageCopies16<DUAL, TM, PAD> copies(p, l, n0, m0, m_end_of(p), kbeg, tid);
         constexpr int TPR = 128 / TM, BPT = 4 / TPR;
         const int ar = tid / TPR, t0 = (tid % TPR) * BPT;
-        const bool live = !PAD || m0 + ar < p.m;
+        const bool live = !PAD || m0 + ar < m_end_of(p);
         auto load = [&](int slot, int ks) { copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot)); };
         for (int j = 0; j < STAGES && j < steps; j++) {
           const int gj = g0 + j;
@@ -711,7 +736,7 @@ __global__ void __launch_bounds__(THREADS, 1)
        * second loop made every tile 1-3% slower and the padded ones no faster */
       if constexpr (AT != NVFP4_E2M1) {
         if constexpr (SK || (DUAL && TM == 64)) produce16(std::false_type{});
-        else if (m0 + TM <= p.m) produce16(std::false_type{});
+        else if (m0 + TM <= m_end_of(p)) produce16(std::false_type{});
         else produce16(std::true_type{});
       } else if constexpr (PRE) produce_pre();
       else if constexpr (SK || (DUAL && TM == 64)) produce(std::false_type{});
@@ -729,7 +754,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           cluster_sync();
           if (EPI_ALL && split == 2)
             store_share<DUAL, TM, AT>(p, l, reinterpret_cast<const float *>(smem), smem_addr, rank, split, m0, n0, tid,
-                                  THREADS);
+                                      THREADS, expert);
           cluster_sync();
         } else {
           named_barrier_sync(0, THREADS);
@@ -808,7 +833,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
       };
       if constexpr (TM == 128) {
-        const int64_t rows = p.m - m0;
+        const int64_t rows = m_end_of(p) - m0;
         if (rows <= 32) consume(std::integral_constant<int, 32>{});
         else if (rows <= 64) consume(std::integral_constant<int, 64>{});
         else if (!SK && rows <= 96) consume(std::integral_constant<int, 96>{});
@@ -883,7 +908,7 @@ __global__ void __launch_bounds__(THREADS, 1)
        * spilled) */
       const bool all = EPI_ALL && split == 2;
       store_share<DUAL, TM, AT>(p, l, part, smem_addr, rank, SK ? 1 : split, m0, n0, all ? tid : ct,
-                            all ? THREADS : THREADS - 128);
+                                all ? THREADS : THREADS - 128, expert);
       NVFP4_TRACE_POINT(tid == 128, 11);
       if (split > 1) cluster_sync(); /* (C) keep this CTA's partial alive until every peer has read it */
       NVFP4_TRACE_POINT(tid == 128, 7);
@@ -1057,8 +1082,9 @@ bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   /* W4A16: 16-byte aligned activation rows (no scales), rows > 32 (the 64- and
-   * 128-row tiles only), rows not grouped by expert */
-  if (w4a16 && (p.offs || p.m <= 32 || !rows_aligned(p.a, 16))) return false;
+   * 128-row tiles only); rows grouped by expert: W4A16 only */
+  if (w4a16 && (p.m <= 32 || !rows_aligned(p.a, 16))) return false;
+  if (p.offs && !w4a16) return false;
   return (w4a16 || cp_async_ok(p.a)) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 
@@ -1090,6 +1116,6 @@ void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int predecode
   if (L.cover.sk_ctas) std::snprintf(split, sizeof split, ", stream-K over %d CTAs", L.cover.sk_ctas);
   else if (L.cover.split > 1) std::snprintf(split, sizeof split, ", split-K %d", L.cover.split);
   const int32_t at = problems[0].a_type;
-  std::snprintf(what, len, "%s%d-row tiles%s%s", at == NVFP4_F16 ? "fp16 activations, " : at == NVFP4_BF16 ? "bf16 activations, " : "",
-                L.tm, split, L.a16_bytes() ? ", activations pre-decoded" : "");
+  std::snprintf(what, len, "%s%d-row tiles%s%s%s", at == NVFP4_F16 ? "fp16 activations, " : at == NVFP4_BF16 ? "bf16 activations, " : "",
+                L.tm, split, L.a16_bytes() ? ", activations pre-decoded" : "", problems[0].offs ? ", rows by expert" : "");
 }

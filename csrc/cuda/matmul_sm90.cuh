@@ -37,7 +37,10 @@ struct Layout {
   static constexpr int MAIN_BYTES = BAR_BASE + 8 * (2 * STAGES + 2 * NA16);
   static constexpr int PART_BYTES = TM * PART_PITCH * 4;
   static_assert(PART_BYTES <= BAR_BASE, "the epilogue tile reuses the rings, not the barriers");
-  static constexpr int SMEM_BYTES = MAIN_BYTES;
+  /* W4A16 rows grouped by expert: the tile's expert, first row and the
+   * expert's row end (expert_tile) */
+  static constexpr int EXPERT_BASE = MAIN_BYTES;
+  static constexpr int SMEM_BYTES = MAIN_BYTES + (W4A16 ? 32 : 0);
   static_assert(SMEM_BYTES <= 227 * 1024, "an sm_90 CTA's shared memory");
 };
 

@@ -120,6 +120,14 @@ Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int 
   const bool ws_ok = workspace && tm == 128; /* the smaller tiles take no workspace */
   const int64_t out_cols = L.dual ? TILE_R / 2 : TILE_R;
   L.tiles = table_tiles(L.t, problems, count, tm, out_cols);
+  if (problems[0].offs) { /* W4A16 rows grouped by expert (one problem, plan.cu's valid): a bound, a CTA per tile */
+    const nvfp4_matmul &p = problems[0];
+    L.tiles = expert_row_tiles(p, tm) * ((p.n + out_cols - 1) / out_cols);
+    L.t.tile_start[1] = (int32_t)std::min<int64_t>(L.tiles, INT32_MAX);
+    L.ksteps = p.k / KSTEP;
+    L.cover = Cover{1, 0, (double)L.ksteps};
+    return L;
+  }
   for (int g = 0; g < count; g++) {
     const nvfp4_matmul &p = problems[g];
     if (p.m && p.n && p.batch && p.k / KSTEP > L.ksteps) L.ksteps = p.k / KSTEP;

@@ -19,9 +19,9 @@
  * mma, simt) that runs every problem, in launches of up to
  * NVFP4_LAUNCH_GROUPS problems.
  *
- * Problems whose activations are 16-bit values (W4A16, a_type) go to the
- * w4a16 kernel alone, as do rows grouped by expert (offs); the other kernels
- * take NVFP4 activations only.
+ * Problems whose activations are 16-bit values (W4A16, a_type), rows grouped
+ * by expert (offs) among them, go to the wgmma kernel (Hopper, from 64 rows)
+ * or the w4a16 kernel; the other kernels take NVFP4 activations only.
  *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
  * (read once): it takes every call it can run, the table the rest.
@@ -82,10 +82,13 @@ bool hopper_wide_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
 bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
 
 /* W4A16 on the wgmma kernel (where matmul_sm90_can_run: Hopper, K % 64 == 0,
- * aligned rows, M > 32, no offs) from 64 rows: a Llama-3-8B layer's linears
- * at M = 64 / 256 / 4096 took 0.37 / 0.27 / 0.28x the time of w4a16.cu's
- * 64-row tiles (H200, 2026-11-29). M = 33..63 not yet measured. */
-bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) { return p.a_type != NVFP4_E2M1 && p.m >= 64; }
+ * aligned rows, M > 32) from 64 rows: a Llama-3-8B layer's linears at M =
+ * 64 / 256 / 4096 took 0.37 / 0.27 / 0.28x the time of w4a16.cu's 64-row
+ * tiles (H200, 2026-11-29). M = 33..63 not yet measured; rows grouped by
+ * expert from 64 an expert on average, by analogy, not yet measured. */
+bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) {
+  return p.a_type != NVFP4_E2M1 && p.m >= 64 * (p.offs ? p.batch : 1);
+}
 
 struct Rule {
   Kernel kernel;
@@ -137,7 +140,8 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   if (k == Kernel::W4A16 ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false; /* W4A16: w4a16.cu, or wgmma */
-  if (p.offs && k != Kernel::W4A16) return false;                      /* rows grouped by expert: W4A16's alone */
+  /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma */
+  if (p.offs && (!w4a16 || (k != Kernel::W4A16 && k != Kernel::WGMMA))) return false;
   switch (k) {
     case Kernel::W4A16: return w4a16_can_run(p, dev);
     case Kernel::GEMV_DP4A: return gemv_dp4a_can_run(p, dev);

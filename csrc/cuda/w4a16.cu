@@ -140,51 +140,6 @@ struct Shape {
   static_assert(NA * THREADS == TM * 8 && MW * THREADS == TW * 2, "whole chunks per thread");
 };
 
-/* Rows grouped by expert (nvfp4.h): row tile r of the launch is the r-th
- * (expert, TM rows) pair in expert order; its expert, first row and the
- * expert's row end. False where there is none (the grid counts a bound:
- * min(E, m) + ceil(m / TM) row tiles). Warp 0 scans the offsets 32 experts
- * at a time (prefix max of the clamped ends, prefix sum of their tiles); the
- * whole CTA waits for it. */
-template <int TM>
-__device__ __forceinline__ bool expert_tile(const nvfp4_matmul &p, int64_t r, int64_t &expert, int64_t &row0,
-                                            int64_t &row_end) {
-  __shared__ long long found[3];
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const unsigned all = 0xFFFFFFFFu;
-    if (lane == 0) found[0] = -1;
-    __syncwarp();
-    long long end_before = 0, tiles_before = 0; /* of the experts before this group of 32 */
-    for (long long e0 = 0; e0 < p.batch && tiles_before <= r; e0 += 32) {
-      const long long e = e0 + lane;
-      long long end = e < p.batch ? std::min<long long>(std::max<long long>(p.offs[e], 0), p.m) : 0;
-      end = std::max(end, end_before);
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const long long o = __shfl_up_sync(all, end, d);
-        if (lane >= d) end = std::max(end, o);
-      }
-      long long start = __shfl_up_sync(all, end, 1);
-      if (lane == 0) start = end_before;
-      const long long tiles = (end - start + TM - 1) / TM;
-      long long cum = tiles;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const long long o = __shfl_up_sync(all, cum, d);
-        if (lane >= d) cum += o;
-      }
-      const long long before = tiles_before + cum - tiles;
-      if (r >= before && r < before + tiles) found[0] = e, found[1] = start + (r - before) * TM, found[2] = end;
-      end_before = __shfl_sync(all, end, 31);
-      tiles_before += __shfl_sync(all, cum, 31);
-    }
-  }
-  __syncthreads();
-  expert = found[0], row0 = found[1], row_end = found[2];
-  return expert >= 0;
-}
-
 /* CTAs an SM holds: the shape's, but at most 3 on the register-load path
  * (whose loads in flight spill at 128 registers). */
 __host__ __device__ constexpr int min_ctas(bool fast, int shape_min) { return fast || shape_min < 3 ? shape_min : 3; }
@@ -392,7 +347,10 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   /* the tile's batch (expert), first row and end of its rows */
   int64_t l, m0, m_end;
   if (p.offs) {
-    if (!expert_tile<TM>(p, tile / tiles_n, l, m0, m_end)) return; /* past the last expert's rows */
+    __shared__ long long found[3];
+    expert_tile<TM>(p, tile / tiles_n, found);
+    l = found[0], m0 = found[1], m_end = found[2];
+    if (l < 0) return; /* past the last expert's rows */
   } else {
     const int64_t tiles_m = (p.m + TM - 1) / TM;
     l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * TM, m_end = p.m;
@@ -590,8 +548,7 @@ int tile_n(const Config &c) { return c.dual ? 64 : 64 * c.mw; }
 
 /* A problem's tiles of TM rows; rows grouped by expert: a bound (expert_tile). */
 int64_t row_tiles(const nvfp4_matmul &p, int tm) {
-  if (p.offs) return p.batch ? std::min(p.batch, p.m) + (p.m + tm - 1) / tm : 0;
-  return (p.m + tm - 1) / tm * p.batch;
+  return p.offs ? expert_row_tiles(p, tm) : (p.m + tm - 1) / tm * p.batch;
 }
 
 int64_t count_tiles(const nvfp4_matmul *problems, int count, int tm, int tn) {
