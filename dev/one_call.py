@@ -1,5 +1,6 @@
-"""One nvfp4 gemm (or dual) call of a given shape, after a warm-up, for Nsight
-Compute: ncu --clock-control none -k regex:matmul_sm90 -s 2 -c 1 python dev/one_call.py M N K [dual]"""
+"""One nvfp4 call of a given shape, after a warm-up, for Nsight Compute:
+    ncu --clock-control none -k regex:matmul_sm90 -s 2 -c 1 python dev/one_call.py M N K [dual] [w4a16]
+(w4a16: bf16 activations times the NVFP4 weights, gemm_w4a16 or dual_gemm_w4a16)."""
 
 import sys
 
@@ -9,15 +10,20 @@ import nvfp4_kernels as nk
 from nvfp4_kernels.testing import random_operand
 
 m, n, k = (int(x) for x in sys.argv[1:4])
-dual = len(sys.argv) > 4 and sys.argv[4] == "dual"
+dual, w4a16 = "dual" in sys.argv[4:], "w4a16" in sys.argv[4:]
 gen = torch.Generator(device="cuda").manual_seed(0)
 a = random_operand(None, m, k, gen=gen, device="cuda", layout="blocked")
 b = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
 b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
+x = torch.randn(m, k, generator=gen, device="cuda").to(torch.bfloat16)
 for _ in range(3):
-    if dual:
+    if w4a16 and dual:
+        nk.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf)
+    elif w4a16:
+        nk.gemm_w4a16(x, b.data, b.sf)
+    elif dual:
         nk.dual_gemm(a.data, b.data, b2.data, a.sf, b.sf, b2.sf)
     else:
         nk.gemm(a.data, b.data, a.sf, b.sf)
 torch.cuda.synchronize()
-print("done", m, n, k, "dual" if dual else "")
+print("done", m, n, k, *sys.argv[4:])
