@@ -155,22 +155,6 @@ __device__ __forceinline__ void nvfp4_e2m1x8_to_half2x4(uint32_t w, uint32_t s2,
   for (int i = 0; i < 4; i++) h[i] = mul_f16x2(f[i], s2);
 }
 
-/* fp16x2 bits -> bf16x2 bits, exact for the decoders' values above (<= 6
- * significant bits; fp16 subnormals convert exactly through f32), NaN kept:
- * the W4A16 kernel's weights for bf16 activations. */
-__device__ __forceinline__ uint32_t nvfp4_half2_to_bf162_bits(uint32_t h) {
-  uint32_t d;
-  asm("{.reg .b16 lo, hi;\n\t"
-      ".reg .f32 a, b;\n\t"
-      "mov.b32 {lo, hi}, %1;\n\t"
-      "cvt.f32.f16 a, lo;\n\t"
-      "cvt.f32.f16 b, hi;\n\t"
-      "cvt.rn.bf16x2.f32 %0, b, a;\n\t}"
-      : "=r"(d)
-      : "r"(h));
-  return d;
-}
-
 /* The activations' side of the same K order: scale blocks t0 .. t0 + BPT - 1
  * of one row and K step of 64 as fp16, the words of matmul_sm90.cu's fp16
  * tile row (its shared-memory wgmma operand, built in shared memory by the

@@ -25,10 +25,10 @@
  * own peak): compute-bound. Per warp and K step of 64 (128 weight rows a
  * CTA, all 8 n8 tiles), estimated from the source: 64 mma m16n8k16; the
  * weights' decode, 8 words of 8 codes a thread (~13 instructions each,
- * numerics.cuh) and their scales, ~125; for bf16 activations the exact
- * fp16 -> bf16 conversion of the 32 fragment registers, 96; the activation
- * fragments, 8 x (2 ld.shared.v4 + 8 prmt) = 80; the copies ~30: ~4.5
- * (fp16) to ~6 (bf16) instructions per mma. Not measured yet.
+ * numerics.cuh; bf16 ~20: codes placed as bf16 bits times the scale) and
+ * their scales, ~125 (fp16) to ~175 (bf16); the activation fragments, 8 x (2
+ * ld.shared.v4 + 8 prmt) = 80; the copies ~30: ~4.5 (fp16) to ~5 (bf16)
+ * instructions per mma.
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -40,9 +40,10 @@
  *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row) and
  *     scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN = 64 of a
  *     gemm; 6 and 8 at TM = 16), zero-filled past M, N and K--> smem
- *   per warp and step: its weight m16 tiles -> A fragments (fp16; bf16 by an
- *     exact conversion), then per n8 tile its B fragments and 4 mma per m16
- *   epilogue: fp32 x 2^6 (UNSCALE) x alpha (+ bias), or silu(C1) * C2 ->
+ *   per warp and step: its weight m16 tiles -> A fragments in the
+ *     activations' type (numerics.cuh's fp16 or bf16 decoder, exact), then per
+ *     n8 tile its B fragments and 4 mma per m16
+ *   epilogue: fp32 x 2^6 (UNSCALE; bf16 2^7) x alpha (+ bias), or silu(C1) * C2 ->
  *     c_type; lanes g, g ^ 1 swap halves (one shuffle per pair) so that each
  *     stores two adjacent columns as one 4-byte word.
  * Grid: the tiles of all problems of a launch (MatmulTable), every batch
@@ -70,10 +71,10 @@
  * each, e.g. {x0, x2} = prmt(w0, w1, 0x5410), {x1, x3} = prmt(w0, w1, 0x7632).
  * Slot k of A and slot k of B are the same value of K in every thread, so each
  * 64-wide sum is the same set of exact products as the reference's: e2m1 x
- * e4m3 (<= 6 significant bits) x 2^-6 (2^-14 below sm_89) is exact in fp16
- * and in bf16, and its product with a 16-bit activation exact in fp32 (but
- * for bf16 activations below ~2^-110, 2^-102 on the sm_80 path, whose
- * products with the scaled weights fall below fp32's range).
+ * e4m3 (<= 6 significant bits) x 2^-6 (fp16 fragments; 2^-14 below sm_89)
+ * or x 2^-7 (bf16 fragments) is exact in that type, and its product with a
+ * 16-bit activation exact in fp32 (but for bf16 activations below ~2^-109,
+ * whose products with the scaled weights fall below fp32's normal range).
  *
  * Shared memory, a step: activations [TM rows][8 chunks of 16 bytes], chunk c
  * of row r at chunk c ^ (r & 1) (the two 16-byte reads of a quarter warp, rows
@@ -110,10 +111,11 @@ constexpr int THREADS = 128; /* 4 warps */
 constexpr int KSTEP = 64;    /* K values per step */
 constexpr int MAX_SPLIT = 16; /* CTAs sharing a tile's K (a ticket counts up to 2^16) */
 
-/* The decoder (numerics.cuh) gives each weight times 2^-6 (2^-14 where
+/* The fp16 decoder (numerics.cuh) gives each weight times 2^-6 (2^-14 where
  * NVFP4_TC_BITS); the activations carry no factor, so the sums carry 2^-6
  * (2^-14) alone: the square root of NVFP4_TC_UNSCALE, which is the factor of
- * two decoded operands. Differs by target: device code only. */
+ * two decoded operands. Differs by target: device code only. The bf16
+ * decoder's weights (bf16 activations) carry 2^-7 on every target. */
 constexpr float UNSCALE = NVFP4_TC_BITS ? 16384.0f : 64.0f;
 static_assert(UNSCALE * UNSCALE == NVFP4_TC_UNSCALE, "the weights' factor alone");
 
@@ -271,13 +273,8 @@ __device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], 
       const uint32_t r0 = w_row[i], r8 = w_row8[i];
       const uint2 v0 = ld_shared_u2(step + W_OFF + r0 * 32 + 8 * t), v1 = ld_shared_u2(step + W_OFF + r8 * 32 + 8 * t);
       const uint32_t sb = ld_shared_u8(step + SF_OFF + r0 * 4 + t) | ld_shared_u8(step + SF_OFF + r8 * 4 + t) << 8;
-      nvfp4_wgmma_a_fragments(v0, v1, sb, fa[i]);
-      if (BF16) {
-#pragma unroll
-        for (int s = 0; s < 4; s++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) fa[i][s][e] = nvfp4_half2_to_bf162_bits(fa[i][s][e]);
-      }
+      if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa[i]); /* straight to bf16 */
+      else nvfp4_wgmma_a_fragments(v0, v1, sb, fa[i]);
     }
 #pragma unroll
   for (int j = 0; j < NT; j++)
@@ -504,7 +501,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
    * activation row (output row) 2 tq + e % 2 of n8 tile j. After the swap with
    * lane ^ 4 (g ^ 1) a thread of even g holds row 2 tq, columns g, g + 1 and
    * g + 8, g + 9; of odd g row 2 tq + 1, columns g - 1, g and g + 7, g + 8. */
-  const Epilogue ep(p, UNSCALE, false, p.offs ? l : 0);
+  const Epilogue ep(p, BF16 ? NVFP4_TC_UNSCALE_BF16 : UNSCALE, false, p.offs ? l : 0);
   uint8_t *c = static_cast<uint8_t *>(p.c) + 2 * l * p.c_batch_stride;
   const Out out{c, p.c_row_stride, aligned(c, 4) && p.c_row_stride % 2 == 0, aligned(c, 2)};
   const bool odd = g & 1;
