@@ -189,29 +189,6 @@ __device__ __forceinline__ void nvfp4_act_half(const uint32_t (&w)[2 * BPT], int
   }
 }
 
-/* A thread's register fragments of wgmma's A operand (fp16, m64nNk16) for
- * one K step of 64 of two weight rows, g and g + 8 of its warp's 16: v0 and
- * v1 their 8 fp4 bytes that the thread owns (thread t of a quad: bytes
- * 8t..8t+7, one scale block), sb their two scale bytes (row g's low). f[s]:
- * the 4 registers of k16 step s, (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8),
- * in the K order of nvfp4_e2m1x8_to_half2x4 (matmul_sm90.cu, "K order"). */
-__device__ __forceinline__ void nvfp4_wgmma_a_fragments(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
-  const uint32_t s01 = nvfp4_e4m3x2_to_half2_bits(sb);
-  const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
-  uint32_t h00[4], h01[4], h10[4], h11[4];
-  nvfp4_e2m1x8_to_half2x4(v0.x, s0, h00);
-  nvfp4_e2m1x8_to_half2x4(v0.y, s0, h01);
-  nvfp4_e2m1x8_to_half2x4(v1.x, s1, h10);
-  nvfp4_e2m1x8_to_half2x4(v1.y, s1, h11);
-#pragma unroll
-  for (int s = 0; s < 4; s++) {
-    f[s][0] = h00[s];
-    f[s][1] = h10[s];
-    f[s][2] = h01[s];
-    f[s][3] = h11[s];
-  }
-}
-
 /* ---- bf16 weight fragments (W4A16 with bf16 activations on wgmma) --------
  * wgmma multiplies one type: bf16 activations need bf16 weight fragments.
  * Each code's bits placed straight into a bf16 (sign at bit 15, e1 e0 m at
@@ -247,15 +224,27 @@ __device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_bf162_x2p119(uint32_t two_by
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(f.y * 0x1p119f), "f"(f.x * 0x1p119f));
   return d;
 }
-/* nvfp4_wgmma_a_fragments with bf16 fragments (value * scale * 2^-7). */
-__device__ __forceinline__ void nvfp4_wgmma_a_fragments_bf16(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
-  const uint32_t s01 = nvfp4_e4m3x2_to_bf162_x2p119(sb);
+/* A thread's register fragments of wgmma's A operand (fp16, m64nNk16) for
+ * one K step of 64 of two weight rows, g and g + 8 of its warp's 16: v0 and
+ * v1 their 8 fp4 bytes that the thread owns (thread t of a quad: bytes
+ * 8t..8t+7, one scale block), sb their two scale bytes (row g's low). f[s]:
+ * the 4 registers of k16 step s, (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8),
+ * in the K order of nvfp4_e2m1x8_to_half2x4 (matmul_sm90.cu, "K order").
+ * fp16 fragments (value * scale * 2^-6), or bf16 ones (BF16: value * scale *
+ * 2^-7) in the same registers. */
+template <bool BF16>
+__device__ __forceinline__ void nvfp4_wgmma_a_fragments_of(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
+  const uint32_t s01 = BF16 ? nvfp4_e4m3x2_to_bf162_x2p119(sb) : nvfp4_e4m3x2_to_half2_bits(sb);
   const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
   uint32_t h00[4], h01[4], h10[4], h11[4];
-  nvfp4_e2m1x8_to_bf162x4(v0.x, s0, h00);
-  nvfp4_e2m1x8_to_bf162x4(v0.y, s0, h01);
-  nvfp4_e2m1x8_to_bf162x4(v1.x, s1, h10);
-  nvfp4_e2m1x8_to_bf162x4(v1.y, s1, h11);
+  auto decode = [](uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
+    if (BF16) nvfp4_e2m1x8_to_bf162x4(w, s2, h);
+    else nvfp4_e2m1x8_to_half2x4(w, s2, h);
+  };
+  decode(v0.x, s0, h00);
+  decode(v0.y, s0, h01);
+  decode(v1.x, s1, h10);
+  decode(v1.y, s1, h11);
 #pragma unroll
   for (int s = 0; s < 4; s++) {
     f[s][0] = h00[s];
@@ -263,6 +252,13 @@ __device__ __forceinline__ void nvfp4_wgmma_a_fragments_bf16(uint2 v0, uint2 v1,
     f[s][2] = h01[s];
     f[s][3] = h11[s];
   }
+}
+__device__ __forceinline__ void nvfp4_wgmma_a_fragments(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
+  nvfp4_wgmma_a_fragments_of<false>(v0, v1, sb, f);
+}
+/* nvfp4_wgmma_a_fragments with bf16 fragments (value * scale * 2^-7). */
+__device__ __forceinline__ void nvfp4_wgmma_a_fragments_bf16(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
+  nvfp4_wgmma_a_fragments_of<true>(v0, v1, sb, f);
 }
 
 /* ---- 16-bit activations into the decoders' K order --------------------------
