@@ -68,7 +68,8 @@
  * (1, 3), (5, 7) for s = 0..3, and slots (2t + 8, 2t + 9) the same + 8. The
  * B fragments are built to match: the thread reads its row's 16 values (two
  * 16-byte chunks, 8 words {x[2i], x[2i + 1]}) and pairs them with one prmt
- * each, e.g. {x0, x2} = prmt(w0, w1, 0x5410), {x1, x3} = prmt(w0, w1, 0x7632).
+ * each, e.g. {x0, x2} = prmt(w0, w1, 0x5410), {x1, x3} = prmt(w0, w1, 0x7632)
+ * (numerics.cuh's nvfp4_act16_words, as the wgmma kernel's W4A16 producer).
  * Slot k of A and slot k of B are the same value of K in every thread, so each
  * 64-wide sum is the same set of exact products as the reference's: e2m1 x
  * e4m3 (<= 6 significant bits) x 2^-6 (fp16 fragments; 2^-14 below sm_89)
@@ -280,20 +281,19 @@ __device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], 
   for (int j = 0; j < NT; j++)
     if (j < nt) {
       const uint4 x = ld_shared_u4(step + a_off0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + a_off1 + j * 8 * 2 * KSTEP);
-      /* b[s]: k slots 2t, 2t + 1 (of x: values 16 t + 0..7) and 2t + 8, 2t + 9 (y: + 8..15) */
-      const uint32_t b[4][2] = {{prmt(x.x, x.y, 0x5410), prmt(y.x, y.y, 0x5410)},
-                                {prmt(x.z, x.w, 0x5410), prmt(y.z, y.w, 0x5410)},
-                                {prmt(x.x, x.y, 0x7632), prmt(y.x, y.y, 0x7632)},
-                                {prmt(x.z, x.w, 0x7632), prmt(y.z, y.w, 0x7632)}};
+      /* k16 step s: k slots 2t, 2t + 1 from x (values 16 t + 0..7), 2t + 8, 2t + 9 from y (+ 8..15) */
+      uint32_t bx[4], by[4];
+      nvfp4_act16_words(x, bx);
+      nvfp4_act16_words(y, by);
 #pragma unroll
       for (int i = 0; i < MW; i++)
         if (tiles >> i & 1) {
 #pragma unroll
           for (int s = 0; s < 4; s++) {
             if (BF16)
-              mma_16816_bf16(acc[i][j], fa[i][s], b[s][0], b[s][1]);
+              mma_16816_bf16(acc[i][j], fa[i][s], bx[s], by[s]);
             else
-              mma_16816(acc[i][j], fa[i][s], b[s][0], b[s][1]);
+              mma_16816(acc[i][j], fa[i][s], bx[s], by[s]);
           }
         }
     }
