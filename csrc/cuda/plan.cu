@@ -84,8 +84,10 @@ bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
 /* W4A16 on the wgmma kernel (where matmul_sm90_can_run: Hopper, K % 64 == 0,
  * aligned rows, M > 32) from 64 rows: a Llama-3-8B layer's linears at M =
  * 64 / 256 / 4096 took 0.37 / 0.27 / 0.28x the time of w4a16.cu's 64-row
- * tiles (H200, 2026-11-29). M = 33..63 not yet measured; rows grouped by
- * expert from 64 an expert on average, by analogy, not yet measured. */
+ * tiles (H200, 2026-11-29). Rows grouped by expert from 64 an expert on
+ * average: MoE blocks at T = 4096 went from 0.48x / 0.46x of bf16 grouped_mm
+ * (DeepSeek-V3 / Qwen3-30B-A3B, w4a16.cu) to 1.10x / 0.90x (H200,
+ * 2026-11-29, fecdef0). M = 33..63 not yet measured. */
 bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) {
   return p.a_type != NVFP4_E2M1 && p.m >= 64 * (p.offs ? p.batch : 1);
 }
