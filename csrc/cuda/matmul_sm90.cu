@@ -251,7 +251,7 @@ struct StageCopies16 {
  * (value * scale * 2^-6) or bf16 ones (2^-7, numerics.cuh). Device code only. */
 template <int AT>
 __device__ __forceinline__ float tc_unscale() {
-  return AT == NVFP4_E2M1 ? NVFP4_TC_UNSCALE : AT == NVFP4_F16 ? 64.0f : NVFP4_TC_UNSCALE_BF16;
+  return AT == NVFP4_E2M1 ? NVFP4_TC_UNSCALE : AT == NVFP4_F16 ? NVFP4_TC_UNSCALE_F16 : NVFP4_TC_UNSCALE_BF16;
 }
 
 #if NVFP4_SM90A

@@ -114,14 +114,19 @@ __device__ __forceinline__ float2 nvfp4_e4m3x2_to_float2(uint32_t two_bytes) {
  * A kernel multiplies its fp32 sums by NVFP4_TC_UNSCALE (2^12 or 2^28, the
  * square of the factor), a power of two, so the results are the unscaled
  * sums bit for bit (the smallest product, 2^-48, is far from fp32's
- * subnormals). NVFP4_TC_UNSCALE differs by target: device code only. */
+ * subnormals). NVFP4_TC_UNSCALE differs by target: device code only.
+ * NVFP4_TC_UNSCALE_F16: the weights' factor alone (its square root), what the
+ * sums carry where only the weights are decoded (16-bit activations). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
 #define NVFP4_TC_BITS 1
 #define NVFP4_TC_UNSCALE 268435456.0f /* 2^28 */
+#define NVFP4_TC_UNSCALE_F16 16384.0f /* 2^14 */
 #else
 #define NVFP4_TC_BITS 0
 #define NVFP4_TC_UNSCALE 4096.0f /* 2^12 */
+#define NVFP4_TC_UNSCALE_F16 64.0f /* 2^6 */
 #endif
+static_assert(NVFP4_TC_UNSCALE_F16 * NVFP4_TC_UNSCALE_F16 == NVFP4_TC_UNSCALE, "the weights' factor alone");
 
 /* 8 e2m1 codes (code i at bits 4i..4i+3 of w) -> 4 fp16x2 of
  * value * scale * 2^-6 (2^-14 where NVFP4_TC_BITS), where s2 = {scale, scale},

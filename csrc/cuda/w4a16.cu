@@ -43,7 +43,8 @@
  *   per warp and step: its weight m16 tiles -> A fragments in the
  *     activations' type (numerics.cuh's fp16 or bf16 decoder, exact), then per
  *     n8 tile its B fragments and 4 mma per m16
- *   epilogue: fp32 x 2^6 (UNSCALE; bf16 2^7) x alpha (+ bias), or silu(C1) * C2 ->
+ *   epilogue: fp32 x 2^6 (NVFP4_TC_UNSCALE_F16: the weights' factor alone; bf16
+ *     2^7) x alpha (+ bias), or silu(C1) * C2 ->
  *     c_type; lanes g, g ^ 1 swap halves (one shuffle per pair) so that each
  *     stores two adjacent columns as one 4-byte word.
  * Grid: the tiles of all problems of a launch (MatmulTable), every batch
@@ -112,13 +113,6 @@ constexpr int THREADS = 128; /* 4 warps */
 constexpr int KSTEP = 64;    /* K values per step */
 constexpr int MAX_SPLIT = 16; /* CTAs sharing a tile's K (a ticket counts up to 2^16) */
 
-/* The fp16 decoder (numerics.cuh) gives each weight times 2^-6 (2^-14 where
- * NVFP4_TC_BITS); the activations carry no factor, so the sums carry 2^-6
- * (2^-14) alone: the square root of NVFP4_TC_UNSCALE, which is the factor of
- * two decoded operands. Differs by target: device code only. The bf16
- * decoder's weights (bf16 activations) carry 2^-7 on every target. */
-constexpr float UNSCALE = NVFP4_TC_BITS ? 16384.0f : 64.0f;
-static_assert(UNSCALE * UNSCALE == NVFP4_TC_UNSCALE, "the weights' factor alone");
 
 /* A CTA's shape: TM activation rows (NT = TM / 8 n8 tiles, every warp all of
  * them), MW m16 tiles (of 16 weight rows) per warp, TW weight rows a step
@@ -501,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
    * activation row (output row) 2 tq + e % 2 of n8 tile j. After the swap with
    * lane ^ 4 (g ^ 1) a thread of even g holds row 2 tq, columns g, g + 1 and
    * g + 8, g + 9; of odd g row 2 tq + 1, columns g - 1, g and g + 7, g + 8. */
-  const Epilogue ep(p, BF16 ? NVFP4_TC_UNSCALE_BF16 : UNSCALE, false, p.offs ? l : 0);
+  const Epilogue ep(p, BF16 ? NVFP4_TC_UNSCALE_BF16 : NVFP4_TC_UNSCALE_F16, false, p.offs ? l : 0);
   uint8_t *c = static_cast<uint8_t *>(p.c) + 2 * l * p.c_batch_stride;
   const Out out{c, p.c_row_stride, aligned(c, 4) && p.c_row_stride % 2 == 0, aligned(c, 2)};
   const bool odd = g & 1;
