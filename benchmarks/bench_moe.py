@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import nvfp4_kernels as nk
-from nvfp4_kernels.nn import NVFP4MoE, sort_by_expert
+from nvfp4_kernels.nn import NVFP4MoE
 
 from .common import graph_time, measure_ceilings, pyplot
 
@@ -67,12 +67,14 @@ def random_moe(h, i, e, k, mode, gen):
 
 
 def grouping(logits, k):
-    """(weights, order, token of each sorted pair, offs) as NVFP4MoE routes (softmax, renormalised)
-    and groups them (nn.sort_by_expert)."""
+    """(weights, order, token of each sorted pair, offs) as NVFP4MoE routes (softmax, renormalised),
+    the pairs grouped by expert with torch's ops (a bf16 block's way: stable sort, search)."""
     p = logits.float().softmax(-1)
     w, ids = p.topk(k, -1)
     experts = torch.arange(logits.shape[1], device=logits.device, dtype=torch.int32)
-    order, _, offs = sort_by_expert(ids, experts)
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    offs = torch.searchsorted(flat[order].to(torch.int32), experts, right=True, out_int32=True)
     return w / w.sum(-1, keepdim=True), order, order // k, offs
 
 

@@ -127,6 +127,42 @@ typedef struct nvfp4_quantize {
  * .. 2688). A W4A4 activation as a 16-bit operand: a kernel of 16-bit
  * activations multiplies exactly what a gemm of the codes and scales would. */
 
+/* A mixture of experts' token-expert pairs as rows grouped by expert, and
+ * their weighted sum back (NVFP4MoE). Pair p = t * top_k + j is token t's j-th
+ * expert, ids[p].
+ * Sort: rows in expert order, within an expert in pair order (stable):
+ * token_of_row[r] and expert_of_row[r] (pairs rows), row_of_pair[p], and
+ * offs[e] the cumulative row ends (as nvfp4_matmul.offs). A pair whose id is
+ * outside [0, experts) gets no row (row_of_pair -1; on the CPU such an id is
+ * refused: NVFP4_ERR_INVALID); the rows past offs[experts - 1] hold token 0,
+ * expert 0 (an index that gathers safely). At most NVFP4_MOE_MAX_EXPERTS. */
+#define NVFP4_MOE_MAX_EXPERTS 8192
+typedef struct nvfp4_moe_sort {
+  int64_t pairs, top_k, experts; /* pairs: tokens * top_k, below 2^31       */
+  const void *ids;               /* pairs ids, contiguous                    */
+  int32_t ids64;                 /* int64 ids (else int32)                   */
+  int32_t *token_of_row, *expert_of_row, *row_of_pair, *offs;
+} nvfp4_moe_sort;
+
+/* Combine: out[t, h] = sum over j of weights[t, j] * y[row_of_pair[p], h],
+ * fp32: each product rounded, added in j order to 0 (pairs of row -1
+ * skipped), the sum rounded once to y_type. Contiguous: y [rows, hidden],
+ * weights and row_of_pair [tokens, top_k], out [tokens, hidden]. */
+typedef struct nvfp4_moe_combine {
+  int64_t tokens, top_k, hidden, rows;
+  const void *y;
+  int32_t y_type;            /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16; out's too */
+  const int32_t *row_of_pair; /* rows of y, or -1                             */
+  const void *weights;
+  int32_t weights_type;      /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16            */
+  void *out;
+} nvfp4_moe_combine;
+
+/* CPU: the sort; the combine of tokens [t0, t1) (disjoint ranges may run at
+ * once). */
+nvfp4_status nvfp4_moe_sort_cpu(const nvfp4_moe_sort *s);
+nvfp4_status nvfp4_moe_combine_cpu(const nvfp4_moe_combine *c, int64_t t0, int64_t t1);
+
 /* CPU (x_type NVFP4_F32 only): rows [r0, r1) of every batch, and the
  * padding rows among them (blocked: r1 may reach the padded row count). */
 nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1);
@@ -167,6 +203,11 @@ nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4
 
 /* Quantization on `stream` (any x_type), no host synchronisation. */
 nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);
+
+/* The sort (one warp, csrc/cuda/moe.cu) and the combine on `stream`, no
+ * host synchronisation. */
+nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_t stream);
+nvfp4_status nvfp4_moe_combine_cuda(const nvfp4_moe_combine *c, cudaStream_t stream);
 
 /* The plan nvfp4_matmul_cuda_ws (with a workspace) would launch for these
  * problems on the current device, as text into buf (at most len bytes): the

@@ -308,6 +308,11 @@ void bind_out(const OpName &op, Problem &pr, const Arg &out, bool vector) {
   p.c_batch_stride = batched ? out.stride(0) : 0;
 }
 
+/* A float32 / float16 / bfloat16 tensor's nvfp4_type. */
+int32_t float_type_of(at::ScalarType t) {
+  return t == at::kFloat ? NVFP4_F32 : t == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+}
+
 const char *status_text(nvfp4_status s) {
   switch (s) {
     case NVFP4_OK: return "ok";
@@ -403,7 +408,7 @@ void set_epilogue(const OpName &op, Problem &pr, const Epi &e) {
   TORCH_CHECK_VALUE(t.device() == pr.device, op, ": bias is on ", t.device(), " but the operands are on ", pr.device);
   TORCH_CHECK_VALUE(t.stride(0) == 1 || t.size(0) <= 1, op, ": bias must be contiguous, got stride ", t.stride(0));
   p.bias = t.const_data_ptr();
-  p.bias_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  p.bias_type = float_type_of(type);
 }
 
 // ---- ops -------------------------------------------------------------------
@@ -940,7 +945,7 @@ void quantize_run(const char *op, nvfp4_quantize &q, const Tensor &x) {
   c10::cuda::CUDAGuard guard(x.device());
   const at::ScalarType type = x.scalar_type();
   q.x = x.const_data_ptr();
-  q.x_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  q.x_type = float_type_of(type);
   q.x_row_stride = x.dim() >= 2 ? x.stride(-2) : 0, q.x_batch_stride = x.dim() == 3 ? x.stride(0) : 0;
   const nvfp4_status st = nvfp4_quantize_cuda(&q, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
   TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st),
@@ -996,9 +1001,109 @@ Tensor quantized_values(const Tensor &x, const std::optional<Tensor> &global_sca
   const at::ScalarType type = x.scalar_type();
   q.sf_layout = NVFP4_SF_LINEAR;
   q.values = out.data_ptr();
-  q.values_type = type == at::kFloat ? NVFP4_F32 : type == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
+  q.values_type = float_type_of(type);
   q.values_row_stride = q.k, q.values_batch_stride = q.rows * q.k;
   quantize_run(op, q, x);
+  return out;
+}
+
+void moe_device(const char *op, const Tensor &t) {
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), op, ": tensors on ", t.device(),
+                    " are not supported (CPU or CUDA)");
+}
+
+/* A mixture of experts' pairs grouped by expert (nvfp4.h, nvfp4_moe_sort):
+ * ids [T, top_k] int32 / int64 -> (token_of_row [T * top_k], expert_of_row
+ * [T * top_k], row_of_pair [T, top_k], offs [num_experts]), int32. */
+std::tuple<Tensor, Tensor, Tensor, Tensor> moe_sort(const Tensor &ids, int64_t num_experts) {
+  const char *op = "nvfp4.moe_sort";
+  TORCH_CHECK_TYPE(ids.scalar_type() == at::kLong || ids.scalar_type() == at::kInt, op,
+                   ": ids must be int64 or int32, got ", ids.scalar_type());
+  TORCH_CHECK_VALUE(ids.dim() == 2 && ids.size(1) >= 1, op, ": ids must be [T, top_k] with top_k >= 1, got shape ",
+                    ids.sizes());
+  TORCH_CHECK_VALUE(num_experts >= 1 && num_experts <= NVFP4_MOE_MAX_EXPERTS, op, ": num_experts must be in [1, ",
+                    NVFP4_MOE_MAX_EXPERTS, "], got ", num_experts);
+  TORCH_CHECK_VALUE(ids.numel() < INT32_MAX, op, ": at most 2^31 - 1 pairs, got ", ids.numel());
+  moe_device(op, ids);
+  const Tensor in = ids.contiguous();
+  const auto i32 = ids.options().dtype(at::kInt);
+  Tensor token_of_row = at::empty({ids.numel()}, i32), expert_of_row = at::empty({ids.numel()}, i32);
+  Tensor row_of_pair = at::empty(ids.sizes(), i32), offs = at::empty({num_experts}, i32);
+  nvfp4_moe_sort s{};
+  s.pairs = ids.numel(), s.top_k = ids.size(1), s.experts = num_experts;
+  s.ids = in.const_data_ptr(), s.ids64 = ids.scalar_type() == at::kLong;
+  s.token_of_row = token_of_row.mutable_data_ptr<int32_t>();
+  s.expert_of_row = expert_of_row.mutable_data_ptr<int32_t>();
+  s.row_of_pair = row_of_pair.mutable_data_ptr<int32_t>(), s.offs = offs.mutable_data_ptr<int32_t>();
+  nvfp4_status st = NVFP4_ERR_INVALID;
+  if (ids.device().is_cpu()) {
+#ifdef NVFP4_NO_CPU
+    TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
+#else
+    st = nvfp4_moe_sort_cpu(&s);
+    TORCH_CHECK_VALUE(st == NVFP4_OK, op, ": ids must lie in [0, num_experts = ", num_experts, "), got ",
+                      ids.min().item<int64_t>(), " .. ", ids.max().item<int64_t>());
+#endif
+    return {token_of_row, expert_of_row, row_of_pair, offs};
+  }
+#ifdef NVFP4_WITH_CUDA
+  c10::cuda::CUDAGuard guard(ids.device());
+  st = nvfp4_moe_sort_cuda(&s, c10::cuda::getCurrentCUDAStream(ids.device().index()).stream());
+#endif
+  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
+  return {token_of_row, expert_of_row, row_of_pair, offs};
+}
+
+/* The weighted sum of a mixture of experts' rows (nvfp4.h,
+ * nvfp4_moe_combine): y [rows, H], row_of_pair [T, top_k] int32 (moe_sort's),
+ * weights [T, top_k] float -> [T, H] in y's dtype. */
+Tensor moe_combine(const Tensor &y, const Tensor &row_of_pair, const Tensor &weights) {
+  const char *op = "nvfp4.moe_combine";
+  auto floating = [](const Tensor &t) {
+    return t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+  };
+  TORCH_CHECK_TYPE(floating(y), op, ": y must be float32, float16 or bfloat16, got ", y.scalar_type());
+  TORCH_CHECK_TYPE(floating(weights), op, ": weights must be float32, float16 or bfloat16, got ",
+                   weights.scalar_type());
+  TORCH_CHECK_TYPE(row_of_pair.scalar_type() == at::kInt, op, ": row_of_pair must be int32 (moe_sort's), got ",
+                   row_of_pair.scalar_type());
+  TORCH_CHECK_VALUE(y.dim() == 2, op, ": y must be [rows, hidden], got shape ", y.sizes());
+  TORCH_CHECK_VALUE(row_of_pair.dim() == 2 && row_of_pair.size(1) >= 1, op,
+                    ": row_of_pair must be [T, top_k] with top_k >= 1, got shape ", row_of_pair.sizes());
+  TORCH_CHECK_VALUE(weights.sizes() == row_of_pair.sizes(), op, ": weights must be [T, top_k] = ",
+                    row_of_pair.sizes(), ", got shape ", weights.sizes());
+  moe_device(op, y);
+  TORCH_CHECK_VALUE(row_of_pair.device() == y.device() && weights.device() == y.device(), op,
+                    ": y, row_of_pair and weights must be on one device, got ", y.device(), ", ", row_of_pair.device(),
+                    ", ", weights.device());
+  const Tensor yc = y.contiguous(), rc = row_of_pair.contiguous(), wc = weights.contiguous();
+  Tensor out = at::empty({row_of_pair.size(0), y.size(1)}, y.options().memory_format(at::MemoryFormat::Contiguous));
+  nvfp4_moe_combine c{};
+  c.tokens = row_of_pair.size(0), c.top_k = row_of_pair.size(1), c.hidden = y.size(1), c.rows = y.size(0);
+  c.y = yc.const_data_ptr(), c.y_type = float_type_of(y.scalar_type());
+  c.row_of_pair = rc.const_data_ptr<int32_t>();
+  c.weights = wc.const_data_ptr(), c.weights_type = float_type_of(weights.scalar_type());
+  c.out = out.mutable_data_ptr();
+  if (out.numel() == 0) return out;
+  nvfp4_status st = NVFP4_ERR_INVALID;
+  if (y.device().is_cpu()) {
+#ifdef NVFP4_NO_CPU
+    TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
+#else
+    std::atomic<int> status{NVFP4_OK};
+    at::parallel_for(0, c.tokens, 1, [&](int64_t t0, int64_t t1) {
+      const nvfp4_status s = nvfp4_moe_combine_cpu(&c, t0, t1);
+      if (s != NVFP4_OK) status = s;
+    });
+    TORCH_CHECK_VALUE(status == NVFP4_OK, op, ": row_of_pair must hold rows of y (below ", c.rows, ") or -1");
+#endif
+    return out;
+  }
+#ifdef NVFP4_WITH_CUDA
+  c10::cuda::CUDAGuard guard(y.device());
+  st = nvfp4_moe_combine_cuda(&c, c10::cuda::getCurrentCUDAStream(y.device().index()).stream());
+#endif
+  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
   return out;
 }
 
@@ -1064,6 +1169,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
         "Tensor sfa_perm, Tensor sfb1_perm, Tensor sfb2_perm, Tensor(a!) c) -> ()");
   m.def("quantize(Tensor x, Tensor? global_scale=None, bool blocked=False) -> (Tensor, Tensor)");
   m.def("quantized_values(Tensor x, Tensor? global_scale=None) -> Tensor");
+  m.def("moe_sort(Tensor ids, int num_experts) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("moe_combine(Tensor y, Tensor row_of_pair, Tensor weights) -> Tensor");
   m.def("kernel_name(str op, Tensor[] tensors) -> str");
 }
 
@@ -1087,6 +1194,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("competition_dual_gemm", &competition_dual_gemm);    \
   m.impl("quantize", &quantize);                             \
   m.impl("quantized_values", &quantized_values);             \
+  m.impl("moe_sort", &moe_sort);                             \
+  m.impl("moe_combine", &moe_combine);                       \
   m.impl("kernel_name", &kernel_name);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
@@ -1094,7 +1203,7 @@ NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, Autograd, m) {
   for (const char *op : {"gemv", "gemv_out", "gemm", "gemm_out", "dual_gemm", "dual_gemm_out", "group_gemm",
                          "group_gemm_out", "gemm_w4a16", "gemm_w4a16_out", "dual_gemm_w4a16", "dual_gemm_w4a16_out",
-                         "grouped_mm", "grouped_mm_out", "quantize", "quantized_values"})
+                         "grouped_mm", "grouped_mm_out", "quantize", "quantized_values", "moe_combine"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_autograd>());
 }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

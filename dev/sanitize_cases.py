@@ -214,6 +214,25 @@ def main(only):
             want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, gated, torch.float16)
             rows = sum(sizes)
             bad += not close(got[:rows], want[:rows])
+    if section("moe ops"):
+        # the sort's one warp (shared-memory counts, match.any ranks; ids outside the experts) and the
+        # combine's 16-byte and element paths, against the CPU's results
+        for t, k, e in [(1, 8, 256), (37, 6, 8192), (1000, 8, 3), (5, 2, 1)]:
+            ids = torch.randint(-1, e + 1, (t, k), generator=gen)
+            ok = (ids >= 0) & (ids < e)
+            got = nk.moe_sort(ids.to(dev), e)
+            rows, n = got[2].cpu(), int(ok.sum())
+            bad += not torch.equal(rows >= 0, ok)
+            bad += not torch.equal(got[3].cpu(), torch.bincount(ids[ok], minlength=e).cumsum(0).int())
+            bad += not torch.equal(got[0][n:].cpu(), torch.zeros(t * k - n, dtype=torch.int32))
+            bad += not bool((got[1][:n].cpu().diff() >= 0).all())
+            if n == t * k:  # the CPU refuses ids outside the experts
+                bad += not all(torch.equal(a.cpu(), b) for a, b in zip(got, nk.moe_sort(ids, e)))
+            for h, dtype in [(2048, bf16), (37, torch.float16), (64, torch.float32)]:
+                y = torch.randn(t * k, h, generator=gen).to(dtype)
+                w = torch.rand(t, k, generator=gen)
+                out = nk.moe_combine(y.to(dev), rows.to(dev), w.to(dev))
+                bad += not torch.equal(out.cpu(), nk.moe_combine(y, rows, w))
     if only == ["--list"]:
         print("\n".join(names))
         return

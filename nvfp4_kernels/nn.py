@@ -377,17 +377,6 @@ class RowParallelNVFP4Linear(NVFP4Linear):
 ROUTINGS = ("softmax", "sigmoid")
 
 
-def sort_by_expert(ids: torch.Tensor, experts: torch.Tensor):
-    """The token-expert pairs of ids [T, top_k] sorted by expert (stable: token order within one):
-    (order: pair index of each sorted row, expert_of_row, offs: int32 [E] cumulative row ends, as
-    grouped_mm takes them). experts: int32 arange(E) on ids' device. Device ops only, no sync."""
-    flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    expert_of_row = flat[order]
-    offs = torch.searchsorted(expert_of_row.to(torch.int32), experts, right=True, out_int32=True)
-    return order, expert_of_row, offs
-
-
 class NVFP4MoE(torch.nn.Module):
     """The experts of a mixture-of-experts block, NVFP4, as ModelOpt quantizes them (each expert's
     gate_proj, up_proj and down_proj an NVFP4Linear without bias), stacked per expert:
@@ -410,10 +399,10 @@ class NVFP4MoE(torch.nn.Module):
         n_group groups ranked by the sum of each group's two largest c, the best topk_group kept;
         the top_k of c among them; weights s there (divided by their sum + 1e-20 where
         norm_topk_prob), times routed_scaling_factor;
-      the token-expert pairs sorted by expert on the device (no host sync: CUDA graphs replay any
-        routing), each pair's row of x -> ops.grouped_mm with gated=True:
-        h = silu(x W1^T) * (x W3^T) in x's dtype -> ops.grouped_mm: y = h W2^T in x's dtype;
-      out[t] = sum over t's pairs of weight * y, in float32, rounded once.
+      the token-expert pairs sorted by expert on the device (ops.moe_sort, one kernel, no host
+        sync: CUDA graphs replay any routing), each pair's row of x -> ops.grouped_mm with
+        gated=True: h = silu(x W1^T) * (x W3^T) in x's dtype -> ops.grouped_mm: y = h W2^T;
+      out[t] = sum over t's pairs of weight * y, in float32, rounded once (ops.moe_combine).
     mode "w4a4": each row is quantized to NVFP4 with its expert's input_scale (as NVFP4Linear does)
     before each grouped_mm, whose exact values (e2m1 x e4m3 fits bf16 and fp16) it multiplies,
     alpha = input_scale * weight_scale_2; "w4a16": the rows as they are, alpha = weight_scale_2.
@@ -456,7 +445,6 @@ class NVFP4MoE(torch.nn.Module):
             self.register_buffer("w13_input_scale", torch.ones(e, **f32))
             self.register_buffer("w2_input_scale", torch.ones(e, **f32))
         self.register_buffer("e_score_correction_bias", torch.zeros(e, **f32) if correction_bias else None)
-        self.register_buffer("_experts", torch.arange(e, dtype=torch.int32, device=device), persistent=False)
         self.update_derived_scales()
 
     _set_derived = NVFP4Linear._set_derived
@@ -481,7 +469,7 @@ class NVFP4MoE(torch.nn.Module):
     def _apply(self, fn, recurse=True):
         fixed = ("w13_weight_scale", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale",
                  "w2_input_scale", "e_score_correction_bias", "_w13_input_global", "_w2_input_global", "_alpha1",
-                 "_alpha3", "_alpha2", "_experts")
+                 "_alpha3", "_alpha2")
         keep = {k: self._buffers[k] for k in fixed if self._buffers.get(k) is not None}
         super()._apply(fn, recurse)
         for k, old in keep.items():
@@ -535,7 +523,7 @@ class NVFP4MoE(torch.nn.Module):
                 raise ValueError(f"NVFP4MoE: router_logits must be [T={t}, num_experts={self.num_experts}], "
                                  f"got {tuple(getattr(router_logits, 'shape', ()))}")
             weights, ids = self.route(router_logits)
-        else:  # a router's choice: ids in [0, num_experts) (a precondition: checking it would sync)
+        else:  # a router's choice: ids in [0, num_experts) (checked on the CPU; on CUDA a pair outside adds nothing)
             weights, ids = topk if isinstance(topk, (tuple, list)) and len(topk) == 2 else (None, None)
             if not (isinstance(weights, torch.Tensor) and weights.is_floating_point() and weights.shape == (t, k)
                     and isinstance(ids, torch.Tensor) and not ids.is_floating_point() and ids.shape == (t, k)
@@ -543,16 +531,14 @@ class NVFP4MoE(torch.nn.Module):
                 got = [(getattr(v, "dtype", type(v).__name__), tuple(getattr(v, "shape", ()))) for v in (weights, ids)]
                 raise ValueError(f"NVFP4MoE: topk must be (float weights, integer expert ids), each [T={t}, "
                                  f"top_k={k}] on x's device, got {got}")
-        order, expert_of_row, offs = sort_by_expert(ids, self._experts)
-        token_of_row = order // k
+        token_of_row, expert_of_row, row_of_pair, offs = ops.moe_sort(ids, self.num_experts)
         w4a4 = self.mode == "w4a4"
-        rows = self._rows(x.contiguous()[token_of_row], self._w13_input_global if w4a4 else None, expert_of_row)
+        rows = self._rows(x.index_select(0, token_of_row), self._w13_input_global if w4a4 else None, expert_of_row)
         h = ops.grouped_mm(rows, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,
                            alphas2=self._alpha3, gated=True)
         h = self._rows(h, self._w2_input_global if w4a4 else None, expert_of_row)
         y = ops.grouped_mm(h, self.w2_weight, self.w2_weight_scale, offs, alphas=self._alpha2)
-        pairs = torch.empty_like(y).index_copy_(0, order, y)  # back in (token, k) order
-        return (pairs.view(t, k, -1).float() * weights[..., None]).sum(1).to(x.dtype)
+        return ops.moe_combine(y, row_of_pair, weights)
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, hidden_size={self.hidden_size}, intermediate_size="

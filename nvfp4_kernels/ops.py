@@ -206,6 +206,25 @@ def quantized_values(x, *, global_scale: Alpha = None) -> torch.Tensor:
                                                        positive=True))
 
 
+def moe_sort(ids: torch.Tensor, num_experts: int):
+    """A mixture of experts' token-expert pairs as rows grouped by expert, one kernel (no sync).
+    ids [T, top_k] int64 or int32: pair p = t * top_k + j is token t's j-th expert. Returns int32
+    (token_of_row [T * top_k], expert_of_row [T * top_k], row_of_pair [T, top_k], offs
+    [num_experts]): rows in expert order, within an expert in pair order; offs the cumulative row
+    ends, as grouped_mm takes them. An id outside [0, num_experts) is an error on the CPU; on CUDA
+    (checking would sync) its pair gets no row: row_of_pair -1, and moe_combine adds nothing for it.
+    num_experts: 1 .. 8192."""
+    return torch.ops.nvfp4.moe_sort(ids, num_experts)
+
+
+def moe_combine(y: torch.Tensor, row_of_pair: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """out[t] = sum_j weights[t, j] * y[row_of_pair[t, j]], one kernel: y [rows, hidden] float32 /
+    float16 / bfloat16 (the rows moe_sort's order gave), row_of_pair [T, top_k] int32 (moe_sort's;
+    -1 adds nothing), weights [T, top_k] float. fp32: each product rounded, added in j order to 0,
+    the sum rounded once to y's dtype; out [T, hidden]."""
+    return torch.ops.nvfp4.moe_combine(y, row_of_pair, weights)
+
+
 def kernel_name(op: str, *args) -> str:
     """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
     e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
@@ -314,6 +333,20 @@ def _(x, global_scale=None):
     _one_device("quantized_values", (x, global_scale) if per_row else (x,),
                 [] if per_row else [("global_scale", global_scale)])
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("nvfp4::moe_sort")
+def _(ids, num_experts):
+    _one_device("moe_sort", (ids,))
+    n = ids.numel()
+    return (ids.new_empty((n,), dtype=torch.int32), ids.new_empty((n,), dtype=torch.int32),
+            ids.new_empty(ids.shape, dtype=torch.int32), ids.new_empty((num_experts,), dtype=torch.int32))
+
+
+@torch.library.register_fake("nvfp4::moe_combine")
+def _(y, row_of_pair, weights):
+    _one_device("moe_combine", (y, row_of_pair, weights))
+    return y.new_empty((row_of_pair.shape[0], y.shape[1]))
 
 
 def _register_out_fake(name, scalars=()):

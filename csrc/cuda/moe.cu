@@ -1,0 +1,196 @@
+/*
+ * moe.cu - a mixture of experts' token-expert pairs grouped by expert, and
+ * their weighted sum back, on the GPU (nvfp4.h: nvfp4_moe_sort,
+ * nvfp4_moe_combine; csrc/cpu/moe.c is the same on the CPU).
+ *
+ * Sort, one warp (a decode step has tokens x top_k = 8-64 pairs): counts per
+ * expert by shared-memory atomics, an exclusive scan of the counts (each lane
+ * a contiguous run of experts, one shuffle scan), then the pairs in order, 32
+ * at a time: lanes of one expert find each other (match.any), take rows
+ * first + their rank among them, and the lowest moves the expert's next row
+ * on, so rows keep pair order within an expert. One launch instead of the
+ * sort, gather, conversion and search of a torch sequence.
+ *
+ * Combine: a thread sums top_k products for 8 (16-bit y) or 4 (float32)
+ * adjacent outputs of one token, read as one 16-byte load per pair where the
+ * rows allow (else one value at a time). Speed of light: bytes / copy
+ * bandwidth, tokens x top_k x hidden values read and tokens x hidden
+ * written; at decode a launch's latency.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "common.cuh"
+
+namespace {
+
+constexpr int SORT_LANES = 32;
+
+/* A launch with programmatic dependent launch where the device runs the sm_90
+ * code (whose pdl_wait exists), as the matmul kernels'. */
+template <typename... P, typename... A>
+cudaError_t launch_pdl(void (*kernel)(P...), unsigned ctas, int threads, int smem, cudaStream_t stream, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(ctas);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr = pdl_attribute();
+  cfg.attrs = &attr;
+  cfg.numAttrs = device_info().sm90_code ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+__global__ void __launch_bounds__(SORT_LANES) moe_sort_kernel(const nvfp4_moe_sort s) {
+  extern __shared__ int next[]; /* counts, then each expert's next row, finally its row end */
+  pdl_wait();
+  const int lane = threadIdx.x, experts = (int)s.experts, pairs = (int)s.pairs, top_k = (int)s.top_k;
+  auto id = [&](int p) -> int64_t {
+    return s.ids64 ? static_cast<const int64_t *>(s.ids)[p] : static_cast<const int32_t *>(s.ids)[p];
+  };
+  for (int e = lane; e < experts; e += SORT_LANES) next[e] = 0;
+  __syncwarp();
+  for (int p = lane; p < pairs; p += SORT_LANES) {
+    const int64_t e = id(p);
+    if (e >= 0 && e < experts) atomicAdd(&next[e], 1);
+  }
+  __syncwarp();
+  /* exclusive scan: lane l holds experts [l * run, (l + 1) * run) */
+  const int run = (experts + SORT_LANES - 1) / SORT_LANES, lo = min(experts, lane * run), hi = min(experts, lo + run);
+  int mine = 0;
+  for (int e = lo; e < hi; e++) mine += next[e];
+  int incl = mine;
+  for (int d = 1; d < SORT_LANES; d *= 2) {
+    const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  const int valid_rows = __shfl_sync(0xFFFFFFFFu, incl, SORT_LANES - 1);
+  int first = incl - mine;
+  for (int e = lo; e < hi; e++) {
+    const int n = next[e];
+    next[e] = first;
+    first += n;
+  }
+  __syncwarp();
+  for (int base = 0; base < pairs; base += SORT_LANES) {
+    const int p = base + lane;
+    const int64_t e64 = p < pairs ? id(p) : -1;
+    const bool ok = e64 >= 0 && e64 < experts;
+    const int e = ok ? (int)e64 : experts + lane; /* lanes without an expert match nobody */
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
+    const int start = ok ? next[e] : 0;
+    __syncwarp();
+    if (ok && lane == __ffs(peers) - 1) next[e] = start + __popc(peers);
+    __syncwarp();
+    if (ok) {
+      const int r = start + __popc(peers & ((1u << lane) - 1u));
+      s.token_of_row[r] = p / top_k;
+      s.expert_of_row[r] = e;
+      s.row_of_pair[p] = r;
+    } else if (p < pairs) {
+      s.row_of_pair[p] = -1;
+    }
+  }
+  __syncwarp();
+  for (int e = lane; e < experts; e += SORT_LANES) s.offs[e] = next[e];
+  for (int r = valid_rows + lane; r < pairs; r += SORT_LANES) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
+  pdl_launch_dependents();
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same<T, float>::value) return v;
+  else if constexpr (std::is_same<T, __half>::value) return __half2float(v);
+  else return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same<T, float>::value) return v;
+  else if constexpr (std::is_same<T, __half>::value) return __float2half_rn(v);
+  else return __float2bfloat16_rn(v);
+}
+
+constexpr int COMBINE_THREADS = 256;
+
+/* Thread: token t, outputs [h0, h0 + V) (V = 16 / sizeof(T) where VEC, else 1). */
+template <typename T, typename W, bool VEC>
+__global__ void __launch_bounds__(COMBINE_THREADS) moe_combine_kernel(const nvfp4_moe_combine c, int64_t chunks) {
+  constexpr int V = VEC ? 16 / (int)sizeof(T) : 1;
+  pdl_wait();
+  const int64_t item = (int64_t)blockIdx.x * COMBINE_THREADS + threadIdx.x, t = item / chunks;
+  const int64_t h0 = item % chunks * V;
+  if (t >= c.tokens || h0 >= c.hidden) return;
+  const T *y = static_cast<const T *>(c.y);
+  const W *w = static_cast<const W *>(c.weights);
+  float sum[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) sum[i] = 0.f;
+  for (int64_t j = 0; j < c.top_k; j++) {
+    const int32_t r = c.row_of_pair[t * c.top_k + j];
+    if (r < 0 || r >= c.rows) continue;
+    const float wj = to_float(w[t * c.top_k + j]);
+    const T *src = y + (int64_t)r * c.hidden + h0;
+    uint4 raw = make_uint4(0u, 0u, 0u, 0u); /* the V values (VEC), or the one in its first bytes */
+    if constexpr (VEC) raw = __ldg(reinterpret_cast<const uint4 *>(src));
+    else *reinterpret_cast<T *>(&raw) = src[0];
+    const T *v = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; i++) sum[i] = __fadd_rn(sum[i], __fmul_rn(wj, to_float(v[i])));
+  }
+  pdl_launch_dependents();
+  uint4 raw;
+  T *o = reinterpret_cast<T *>(&raw);
+#pragma unroll
+  for (int i = 0; i < V; i++) o[i] = from_float<T>(sum[i]);
+  T *dst = static_cast<T *>(c.out) + t * c.hidden + h0;
+  if constexpr (VEC) *reinterpret_cast<uint4 *>(dst) = raw;
+  else dst[0] = o[0];
+}
+
+template <typename T, typename W>
+cudaError_t combine(const nvfp4_moe_combine &c, cudaStream_t stream) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const bool vec = c.hidden % V == 0 && aligned(c.y, 16) && aligned(c.out, 16);
+  const int64_t chunks = vec ? c.hidden / V : c.hidden, items = c.tokens * chunks;
+  const unsigned ctas = (unsigned)((items + COMBINE_THREADS - 1) / COMBINE_THREADS);
+  return vec ? launch_pdl(moe_combine_kernel<T, W, true>, ctas, COMBINE_THREADS, 0, stream, c, chunks)
+             : launch_pdl(moe_combine_kernel<T, W, false>, ctas, COMBINE_THREADS, 0, stream, c, chunks);
+}
+
+template <typename T>
+cudaError_t combine_w(const nvfp4_moe_combine &c, cudaStream_t stream) {
+  switch (c.weights_type) {
+    case NVFP4_F32: return combine<T, float>(c, stream);
+    case NVFP4_F16: return combine<T, __half>(c, stream);
+    default: return combine<T, __nv_bfloat16>(c, stream);
+  }
+}
+
+bool float_type(int32_t t) { return t == NVFP4_F32 || t == NVFP4_F16 || t == NVFP4_BF16; }
+
+}  // namespace
+
+extern "C" nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_t stream) {
+  if (s->pairs < 0 || s->pairs > INT32_MAX || s->top_k <= 0 || s->pairs % s->top_k || s->experts <= 0 ||
+      s->experts > NVFP4_MOE_MAX_EXPERTS)
+    return NVFP4_ERR_INVALID;
+  const cudaError_t e = launch_pdl(moe_sort_kernel, 1u, SORT_LANES, (int)(s->experts * sizeof(int)), stream, *s);
+  return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}
+
+extern "C" nvfp4_status nvfp4_moe_combine_cuda(const nvfp4_moe_combine *c, cudaStream_t stream) {
+  if (c->tokens < 0 || c->top_k <= 0 || c->hidden < 0 || c->rows < 0 || !float_type(c->y_type) ||
+      !float_type(c->weights_type))
+    return NVFP4_ERR_INVALID;
+  if (c->tokens == 0 || c->hidden == 0) return NVFP4_OK;
+  cudaError_t e;
+  switch (c->y_type) {
+    case NVFP4_F32: e = combine_w<float>(*c, stream); break;
+    case NVFP4_F16: e = combine_w<__half>(*c, stream); break;
+    default: e = combine_w<__nv_bfloat16>(*c, stream); break;
+  }
+  return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}

@@ -1,0 +1,131 @@
+"""ops.moe_sort and ops.moe_combine (csrc/cpu/moe.c, csrc/cuda/moe.cu): the pairs grouped by expert
+against torch's stable sort, every output checked; the combine bit for bit against its formula (each
+product rounded, added in j order) on the CPU and on a GPU, 16-byte and element paths; ids outside
+the experts; bad arguments; the ops as torch citizens."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from conftest import needs_cuda
+
+
+def expected_sort(ids, e):
+    flat = ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    row_of_pair = torch.empty_like(order)
+    row_of_pair[order] = torch.arange(flat.numel())
+    offs = torch.bincount(flat, minlength=e).cumsum(0)
+    return order // ids.shape[1], flat[order], row_of_pair.view(ids.shape), offs
+
+
+@pytest.mark.parametrize("t,k,e", [(1, 1, 1), (1, 8, 256), (5, 3, 8), (33, 2, 7), (1000, 8, 300), (0, 4, 16),
+                                   (700, 6, 8192), (64, 1, 3)])
+@pytest.mark.parametrize("ids_dtype", [torch.int64, torch.int32])
+def test_moe_sort_matches_stable_sort(device, gen, t, k, e, ids_dtype):
+    """Random ids (a few experts crowded, many empty where e is large), rows in expert order and pair
+    order within one; every output against torch's stable sort."""
+    hot = torch.randint(0, e, (max(1, e // 10),), generator=gen)
+    ids = torch.where(torch.rand(t, k, generator=gen) < 0.5, hot[torch.randint(0, hot.numel(), (t, k), generator=gen)],
+                      torch.randint(0, e, (t, k), generator=gen)).to(ids_dtype)
+    token_of_row, expert_of_row, row_of_pair, offs = nk.moe_sort(ids.to(device), e)
+    for got in (token_of_row, expert_of_row, row_of_pair, offs):
+        assert got.dtype == torch.int32 and got.device.type == device
+    want = expected_sort(ids, e)
+    assert token_of_row.shape == (t * k,) and row_of_pair.shape == (t, k) and offs.shape == (e,)
+    for name, got, w in zip(("token_of_row", "expert_of_row", "row_of_pair", "offs"),
+                            (token_of_row, expert_of_row, row_of_pair, offs), want):
+        assert torch.equal(got.cpu().long(), w), name
+
+
+def combine_formula(y, row_of_pair, weights):
+    """sum_j w[t, j] * y[row[t, j]] in float32: each product rounded, added in j order to 0; -1 skipped."""
+    out = torch.zeros(row_of_pair.shape[0], y.shape[1], dtype=torch.float32)
+    for j in range(row_of_pair.shape[1]):
+        rows = row_of_pair[:, j].long()
+        ok = rows >= 0
+        prod = weights[:, j:j + 1].float() * y[rows.clamp(min=0)].float()
+        out = torch.where(ok[:, None], out + prod, out)
+    return out.to(y.dtype)
+
+
+@pytest.mark.parametrize("y_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("w_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t,k,h,misaligned", [(1, 8, 2048, False), (7, 3, 64, False), (5, 2, 37, False),
+                                              (9, 4, 64, True), (0, 2, 16, False), (3, 1, 8, False)])
+def test_moe_combine_matches_formula(device, gen, y_dtype, w_dtype, t, k, h, misaligned):
+    rows = t * k + 3
+    y = (torch.randn(rows, h, generator=gen) * 4).to(y_dtype)
+    y[0, 0] = float("nan") if rows and h else 0.0
+    row_of_pair = torch.randperm(rows, generator=gen)[:t * k].view(t, k).int()
+    if t:
+        row_of_pair[0, -1] = -1  # a pair without a row adds nothing
+    weights = torch.rand(t, k, generator=gen).to(w_dtype)
+    want = combine_formula(y, row_of_pair, weights)
+    yd = y.to(device)
+    if misaligned:  # contiguous, but 2 or 4 bytes past a 16-byte boundary: the element path
+        buf = torch.empty(rows * h + 1, dtype=y_dtype, device=device)
+        yd = buf[1:].view(rows, h)
+        yd.copy_(y)
+    got = nk.moe_combine(yd, row_of_pair.to(device), weights.to(device))
+    assert got.dtype == y_dtype and got.shape == (t, h) and got.device.type == device
+    assert torch.equal(got.cpu().float().nan_to_num(1234.5), want.float().nan_to_num(1234.5))
+
+
+def test_moe_ids_outside_the_experts(device):
+    """CPU: an error naming the range. CUDA (no sync to check): such a pair gets no row (-1) and adds
+    nothing; offs count the others; the rows past them gather token 0 safely."""
+    ids = torch.tensor([[0, 5], [2, -1], [1, 2]], device=device)
+    if device == "cpu":
+        with pytest.raises(ValueError, match=r"ids must lie in \[0, num_experts = 3\)"):
+            nk.moe_sort(ids, 3)
+        return
+    token_of_row, expert_of_row, row_of_pair, offs = (v.cpu() for v in nk.moe_sort(ids, 3))
+    assert offs.tolist() == [1, 2, 4]
+    assert row_of_pair.tolist() == [[0, -1], [2, -1], [1, 3]]
+    assert token_of_row.tolist() == [0, 2, 1, 2, 0, 0] and expert_of_row.tolist() == [0, 1, 2, 2, 0, 0]
+    y = torch.arange(6 * 8, dtype=torch.float32, device=device).view(6, 8)
+    out = nk.moe_combine(y, row_of_pair.to(device), torch.ones(3, 2, device=device))
+    assert torch.equal(out.cpu(), torch.stack([y[0], y[2], y[1] + y[3]]).cpu())
+
+
+def test_moe_ops_bad_arguments(device):
+    ids = torch.zeros(2, 3, dtype=torch.int64, device=device)
+    with pytest.raises(TypeError, match="ids must be int64 or int32"):
+        nk.moe_sort(ids.float(), 4)
+    with pytest.raises(ValueError, match=r"ids must be \[T, top_k\]"):
+        nk.moe_sort(ids[0], 4)
+    with pytest.raises(ValueError, match=r"num_experts must be in \[1, 8192\]"):
+        nk.moe_sort(ids, 0)
+    with pytest.raises(ValueError, match=r"num_experts must be in \[1, 8192\]"):
+        nk.moe_sort(ids, 8193)
+    y, rows, w = torch.zeros(6, 8, device=device), torch.zeros(2, 3, dtype=torch.int32, device=device), \
+        torch.ones(2, 3, device=device)
+    with pytest.raises(TypeError, match="y must be float32, float16 or bfloat16"):
+        nk.moe_combine(y.int(), rows, w)
+    with pytest.raises(TypeError, match="weights must be"):
+        nk.moe_combine(y, rows, w.int())
+    with pytest.raises(TypeError, match="row_of_pair must be int32"):
+        nk.moe_combine(y, rows.long(), w)
+    with pytest.raises(ValueError, match=r"y must be \[rows, hidden\]"):
+        nk.moe_combine(y[0], rows, w)
+    with pytest.raises(ValueError, match=r"weights must be \[T, top_k\]"):
+        nk.moe_combine(y, rows, w[:, :2])
+    if device == "cpu":  # a row past y: checked where it costs no sync
+        with pytest.raises(ValueError, match="row_of_pair must hold rows of y"):
+            nk.moe_combine(y, rows + 6, w)
+
+
+@needs_cuda
+def test_moe_ops_one_device():
+    ids = torch.zeros(2, 3, dtype=torch.int64, device="cuda")
+    with pytest.raises(ValueError, match="one device"):
+        nk.moe_combine(torch.zeros(6, 8, device="cuda"), ids.int().cpu(), torch.ones(2, 3, device="cuda"))
+
+
+def test_moe_ops_torch_citizens(device, gen):
+    ids = torch.randint(0, 6, (5, 2), generator=gen).to(device)
+    torch.library.opcheck(torch.ops.nvfp4.moe_sort.default, (ids, 6))
+    _, _, row_of_pair, _ = nk.moe_sort(ids, 6)
+    y = torch.randn(10, 16, generator=gen).bfloat16().to(device)
+    torch.library.opcheck(torch.ops.nvfp4.moe_combine.default, (y, row_of_pair, torch.rand(5, 2).to(device)))
