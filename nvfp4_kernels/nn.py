@@ -486,7 +486,7 @@ class NVFP4MoE(torch.nn.Module):
             w, ids = p.topk(self.top_k, -1)
             if self.norm_topk_prob:
                 w = w / w.sum(-1, keepdim=True)
-            return w * self.routed_scaling_factor, ids
+            return self._scaled(w), ids
         s = logits.sigmoid()
         c = s if self.e_score_correction_bias is None else s + self.e_score_correction_bias
         if self.n_group > 1:
@@ -499,7 +499,11 @@ class NVFP4MoE(torch.nn.Module):
         w = s.gather(1, ids)
         if self.norm_topk_prob:
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
-        return w * self.routed_scaling_factor, ids
+        return self._scaled(w), ids
+
+    def _scaled(self, w: torch.Tensor) -> torch.Tensor:
+        """w times routed_scaling_factor (no launch where that is 1: the product would be w)."""
+        return w if self.routed_scaling_factor == 1.0 else w * self.routed_scaling_factor
 
     def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor):
         """w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact values
