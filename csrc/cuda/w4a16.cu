@@ -27,8 +27,11 @@
  * weights' decode, 8 words of 8 codes a thread (~13 instructions each,
  * numerics.cuh; bf16 ~20: codes placed as bf16 bits times the scale) and
  * their scales, ~125 (fp16) to ~175 (bf16); the activation fragments, 8 x (2
- * ld.shared.v4 + 8 prmt) = 80; the copies ~30: ~4.5 (fp16) to ~5 (bf16)
- * instructions per mma.
+ * ld.shared.v4 + 8 prmt) = 80; the copies ~50 (inside K a thread's chunk
+ * sizes are fixed; a last partial step computes them): ~4.5 (fp16) to ~5
+ * (bf16) instructions per mma. At M <= 8 (one n8 tile, MW = 1, bf16) a
+ * step is ~230 instructions a warp for 1024 weights: issue, not DRAM, bounds
+ * a decode call (docs/PERF.md).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -104,6 +107,7 @@
  */
 #include <algorithm>
 #include <cstdio>
+#include <type_traits>
 
 #include "kernels.h"
 
@@ -396,22 +400,30 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
     const int64_t left = k_blocks - 4 * (k0 + s);
     return !cp.sf_ok || left <= 0 ? 0 : left < 4 ? (int)left : 4;
   };
-  auto copy_step = [&](int s) {
+  /* A step inside K (before the last, where K % 64 != 0) copies whole chunks of the rows that exist: its
+   * sizes are the thread's own for every such step, and every address it forms is in its row. */
+  const int64_t whole_steps = p.k / KSTEP;
+  auto copy_sized = [&](int s, auto whole) {
+    constexpr bool WHOLE = decltype(whole)::value;
 #pragma unroll
     for (int q = 0; q < S::NA; q++)
       if (cp.act_copy >> q & 1) {
-        const int n = a_n(s, q);
-        cp_async_16(smem + a_dst(s, q), n ? cp.act(q) + (k0 + s) * 128 + 16 * a_chunk : cp.act0, (uint32_t)n);
+        const int n = WHOLE ? (cp.act_ok >> q & 1) * 16 : a_n(s, q);
+        cp_async_16(smem + a_dst(s, q), WHOLE || n ? cp.act(q) + (k0 + s) * 128 + 16 * a_chunk : cp.act0, (uint32_t)n);
       }
 #pragma unroll
     for (int q = 0; q < MW; q++) {
-      const int n = w_n(s, q);
-      cp_async_16(smem + w_dst(s, q), n ? cp.w[q] + (k0 + s) * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
+      const int n = WHOLE ? (cp.w_ok >> q & 1) * 16 : w_n(s, q);
+      cp_async_16(smem + w_dst(s, q), WHOLE || n ? cp.w[q] + (k0 + s) * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
     }
     if (cp.sf_copy) {
-      const int n = sf_n(s);
-      cp_async_4(smem + sf_dst(s), n ? cp.sf + (k0 + s) * cp.sf_step : cp.sf, (uint32_t)n);
+      const int n = WHOLE ? (cp.sf_ok ? 4 : 0) : sf_n(s);
+      cp_async_4(smem + sf_dst(s), WHOLE || n ? cp.sf + (k0 + s) * cp.sf_step : cp.sf, (uint32_t)n);
     }
+  };
+  auto copy_step = [&](int s) {
+    if (k0 + s < whole_steps) copy_sized(s, std::true_type{});
+    else copy_sized(s, std::false_type{});
   };
   uint4 st_a[S::NA], st_w[MW];
   uint32_t st_sf = 0;
