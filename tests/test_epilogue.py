@@ -11,7 +11,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches
-from helpers import gemm_problem, gemv_problem, layouts_for, w4a16_slack
+from helpers import FORCED, gemm_problem, gemv_problem, layouts_for, w4a16_slack
 
 DTYPES = (torch.float16, torch.bfloat16)
 SHAPES = [(m, n, k) for m, n, k in itertools.product((1, 7, 129), (1, 7, 129), (16, 48, 1040))
@@ -235,6 +235,25 @@ def test_bad_epilogue_arguments(gen):
         nk.gemm_w4a16(xx, b.data, b.sf, out=xx.view(-1)[:15].view(3, 5))
     with pytest.raises(ValueError, match="not differentiable"):
         nk.gemm_w4a16(x.requires_grad_(), b.data, b.sf)
+
+
+@pytest.mark.parametrize("m", [1, 3, 8, 9])
+def test_w4a16_decode(device, gen, m):
+    """Decode sizes: on a GPU, M <= 8 with K % 128 == 0 takes the GEMV kernel (8 warps share K, loads
+    straight into registers, the warps' sums added at the end); 9 rows, or K % 128 == 64, the 16-row
+    tiles. Both against the reference into poisoned outputs, a bias and a negative alpha."""
+    for n, k in ((300, 4096), (7, 1088), (33, 128)):
+        b = random_operand(None, n, k, gen=gen, device=device, layout="linear")
+        bias = bias_of(n, torch.float32, gen, device)
+        for x_dtype in DTYPES:
+            x = activations((m, k), x_dtype, gen, device)
+            if device == "cuda" and not FORCED:
+                name = nk.kernel_name("gemm_w4a16", x, b.data, b.sf)
+                assert ("GEMV" in name) == (m <= 8 and k % 128 == 0), name
+            out = poisoned((m, n), device, x_dtype)
+            nk.gemm_w4a16(x, b.data, b.sf, alpha=-1.5, bias=bias, out=out)
+            assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias), f"w4a16 {m}x{n}x{k} {x_dtype}",
+                           slack=w4a16_slack(x, b.data, b.sf, -1.5))
 
 
 def test_kernel_name_w4a16(gen):

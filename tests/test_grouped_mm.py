@@ -53,6 +53,12 @@ CASES = [  # (group sizes, T, N, K, scale layout, gated)
     ([0, 0, 17, 0], 17, 16, 48, "blocked", False),    # one expert takes every row
     ([0, 0, 17, 0], 20, 128, 48, "blocked", True),
     ([1] * 7, 7, 144, 1040, "linear", True),          # decode: a row an expert
+    # decode sizes with K % 128 == 0 (rows grouped by expert stay on the 16-row tiles where a dense M <= 8 takes
+    # the GEMV kernel); 70 experts: the offsets' scan in three rounds of 32
+    ([1] * 7, 7, 144, 1024, "linear", True),
+    ([2, 0, 5, 1, 0, 3], 14, 300, 2048, "blocked", False),  # 3 rows past the last expert
+    ([0, 9, 0, 1], 10, 48, 128, "linear", True),
+    ([i % 3 for i in range(70)], 70, 40, 256, "linear", True),
     ([40, 0, 0, 33, 70], 150, 96, 272, "linear", False),
     ([0, 0, 0], 5, 32, 64, "linear", False),          # no rows at all
     ([2, 5], 7, 300, 2048, "linear", False),          # long K over few tiles: CTAs share K on a GPU

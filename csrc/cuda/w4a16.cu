@@ -31,7 +31,7 @@
  * sizes are fixed; a last partial step computes them): ~4.5 (fp16) to ~5
  * (bf16) instructions per mma. At M <= 8 (one n8 tile, MW = 1, bf16) a
  * step is ~230 instructions a warp for 1024 weights: issue, not DRAM, bounds
- * a decode call (docs/PERF.md).
+ * a decode call (docs/PERF.md); the GEMV kernel (below) takes those calls.
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -325,6 +325,70 @@ struct Out {
   }
 };
 
+/* A split tile's partial (split > 1): the NTHR threads holding the tile's
+ * accumulators (`each` visits them: fn(value, its offset in a slot of ACC
+ * floats, thread-major)) write them to the workspace, then take the tile's
+ * ticket; the last CTA to take it reads every part's back and adds them in
+ * part order (deterministic) and returns true, the others false. */
+template <int NTHR, int ACC, typename Each>
+__device__ __forceinline__ bool split_sum(const Split &sp, int64_t tile_id, int part, int tid, int &last_part,
+                                          Each &&each) {
+  auto sync = [] {
+    if constexpr (NTHR == 32) __syncwarp();
+    else __syncthreads();
+  };
+  float *mine = sp.ws + (tile_id * sp.split + part) * (int64_t)ACC + tid;
+  each([&](float &v, int at) { __stcg(mine + at, v); });
+  __threadfence();
+  sync(); /* every thread's partial is out and fenced */
+  if (tid == 0) last_part = take_ticket(sp.tickets + tile_id, 0ull, sp.epoch, sp.split);
+  sync();
+  if (!last_part) return false;
+  __threadfence();
+  const float *slots = sp.ws + tile_id * sp.split * (int64_t)ACC + tid;
+  each([&](float &v, int at) {
+    v = __ldcg(slots + at);
+    for (int q = 1; q < sp.split; q++) v += __ldcg(slots + at + q * (int64_t)ACC);
+  });
+  return true;
+}
+
+/* A warp's outputs: acc[i][j][e] is weight row (output column) col0 + 16 i (a
+ * dual: W1's and W2's column col0 for i = 0, 1) + g + 8 (e / 2), activation row
+ * (output row) m0 + 8 j + 2 tq + e % 2, for the m16 tiles set in `tiles` and
+ * the first nt n8 tiles. After the swap with
+ * lane ^ 4 (g ^ 1) a thread of even g holds row 2 tq, columns g, g + 1 and
+ * g + 8, g + 9; of odd g row 2 tq + 1, columns g - 1, g and g + 7, g + 8. */
+template <bool DUAL, bool BF16, int MW, int NT>
+__device__ __forceinline__ void store_tiles(const nvfp4_matmul &p, int64_t l, int64_t m0, int64_t m_end, int64_t col0,
+                                            uint32_t tiles, int nt, int g, int tq, float (&acc)[MW][NT][4]) {
+  const Epilogue ep(p, BF16 ? NVFP4_TC_UNSCALE_BF16 : NVFP4_TC_UNSCALE_F16, false, p.offs ? l : 0);
+  uint8_t *c = static_cast<uint8_t *>(p.c) + 2 * l * p.c_batch_stride;
+  const Out out{c, p.c_row_stride, aligned(c, 4) && p.c_row_stride % 2 == 0, aligned(c, 2)};
+  const bool odd = g & 1;
+#pragma unroll
+  for (int i = 0; i < (DUAL ? 1 : MW); i++) {
+    if (!(tiles >> i & 1)) continue; /* all its columns past N (warp-uniform) */
+    const int64_t col_i = col0 + 16 * i;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+      if (j < nt) {
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int64_t row = m0 + 8 * j + 2 * tq + e % 2, col = col_i + g + 8 * (e / 2);
+          v[e] = DUAL ? ep.dual(acc[0][j][e], acc[MW - 1][j][e])
+                      : ep.gemm(acc[i][j][e], row, col < p.n ? col : p.n - 1); /* no bias past n */
+        }
+        const float r0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[0] : v[1], 4);
+        const float r1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[2] : v[3], 4);
+        const int64_t row = m0 + 8 * j + 2 * tq + (odd ? 1 : 0), col = col_i + (g & ~1);
+        out.pair(p, ep, m_end, row, col, odd ? r0 : v[0], odd ? v[1] : r0);
+        out.pair(p, ep, m_end, row, col + 8, odd ? r1 : v[2], odd ? v[3] : r1);
+      }
+  }
+}
+
 template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
 __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::MIN_CTAS)))
     w4a16_kernel(const __grid_constant__ MatmulTable t, const Split sp) {
@@ -488,50 +552,151 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 #pragma unroll
             for (int e = 0; e < 4; e++) fn(acc[i][j][e], ((i * NT + j) * 4 + e) * THREADS);
     };
-    float *mine = sp.ws + (tile_id * sp.split + part) * (int64_t)S::ACC + tid;
-    each([&](float &v, int at) { __stcg(mine + at, v); });
-    __threadfence();
-    __syncthreads(); /* every thread's partial is out and fenced */
-    if (tid == 0) last_part = take_ticket(sp.tickets + tile_id, 0ull, sp.epoch, sp.split);
-    __syncthreads();
-    if (!last_part) return;
-    __threadfence();
-    const float *slots = sp.ws + tile_id * sp.split * (int64_t)S::ACC + tid;
-    each([&](float &v, int at) {
-      v = __ldcg(slots + at);
-      for (int q = 1; q < sp.split; q++) v += __ldcg(slots + at + q * (int64_t)S::ACC);
-    });
+    if (!split_sum<THREADS, S::ACC>(sp, tile_id, part, tid, last_part, each)) return;
   }
+  store_tiles<DUAL, BF16, MW, NT>(p, l, m0, m_end, n0 + (DUAL ? 16 * warp : 16 * MW * warp), tiles, nt, g, tq, acc);
+}
 
-  /* acc[i][j][e]: weight row (output column) g + 8 (e / 2) of m16 tile i,
-   * activation row (output row) 2 tq + e % 2 of n8 tile j. After the swap with
-   * lane ^ 4 (g ^ 1) a thread of even g holds row 2 tq, columns g, g + 1 and
-   * g + 8, g + 9; of odd g row 2 tq + 1, columns g - 1, g and g + 7, g + 8. */
-  const Epilogue ep(p, BF16 ? NVFP4_TC_UNSCALE_BF16 : NVFP4_TC_UNSCALE_F16, false, p.offs ? l : 0);
-  uint8_t *c = static_cast<uint8_t *>(p.c) + 2 * l * p.c_batch_stride;
-  const Out out{c, p.c_row_stride, aligned(c, 4) && p.c_row_stride % 2 == 0, aligned(c, 2)};
-  const bool odd = g & 1;
+/* ---- decode: the GEMV kernel. Every M <= 8, K % 128 == 0 and the fast
+ * path's alignment; not rows grouped by expert. A CTA = GEMV_WARPS warps on
+ * one tile of <= 8 activation rows (one n8 tile) x 16 output columns. Each
+ * warp holds one m16 tile: the tile's 16 weight rows (a dual: warps 0-3 W1's,
+ * 4-7 W2's) over K steps of 128 wk, wk + KW, ... of the CTA's share (wk: the
+ * warp among the KW on its matrix; they read a row's bytes side by side),
+ * loaded from global memory straight into registers, weights GEMV_DEPTH steps
+ * ahead and activations (L2 hits) one: no shared memory, no barrier and no
+ * copy bookkeeping in the loop, ~280 instructions a warp and step of 128
+ * (bf16; ~220 fp16), 0.14 a weight, where the 16-row kernel takes ~230 a step
+ * of 64 (0.22; both from the SASS, sm_90a). Thread t of a quad loads 16 bytes
+ * of each of its weight rows g, g + 8 (scale blocks 2t and 2t + 1 of the
+ * step), their 2 scale bytes, and row g's 64 values of those blocks (4 x 16
+ * bytes, none past the rows). Each 64-value half h then runs as mma_step's K
+ * order with thread t on block 2t + h. The warps' sums meet in shared memory
+ * (added in warp order: deterministic) and warp 0 runs the epilogue
+ * (silu(W1's) * W2's for a dual), or writes the split tile's partial. Speed of
+ * light as the file's. */
+constexpr int GEMV_WARPS = 8, GEMV_THREADS = 32 * GEMV_WARPS, GEMV_STEP = 128, GEMV_DEPTH = 4;
+
+struct GemvWeights {
+  uint4 w[2];     /* the warp's weight rows g, g + 8: 16 bytes each */
+  uint32_t sf[2]; /* their scale bytes of blocks 2t, 2t + 1 */
+};
+
+template <bool DUAL, bool BF16>
+__global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
+                                                                      const Split sp) {
+  constexpr int MW = DUAL ? 2 : 1, ACC = MW * 4 * 32, KW = GEMV_WARPS / MW; /* warps sharing a matrix's K */
+  __shared__ float sums[GEMV_WARPS][4][32];
+  __shared__ int last_part;
+  pdl_wait(); /* common.cuh: nothing global is touched before this */
+
+  const int64_t tile_id = blockIdx.x / sp.split;
+  const int part = blockIdx.x % sp.split;
+  int64_t tile = tile_id;
+  const nvfp4_matmul &p = t.p[table_find(t, tile)];
+  const int64_t tiles_n = (p.n + 15) / 16, n0 = tile % tiles_n * 16, tiles_m = (p.m + 7) / 8;
+  const int64_t l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * 8, m_end = p.m;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  /* the warp's matrix (a dual: warps KW.. take W2) and, of the CTA's steps [k0, k1), its own: k0 + wk + KW i,
+   * i < n */
+  const int wk = warp % KW;
+  const nvfp4_operand &op = DUAL && warp >= KW ? p.b2 : p.b;
+  const int64_t all_steps = p.k / GEMV_STEP, k0 = all_steps * part / sp.split,
+                k1 = all_steps * (part + 1) / sp.split;
+  const int n = k1 - k0 > wk ? (int)((k1 - k0 - wk + KW - 1) / KW) : 0;
+
+  /* the thread's sources at the warp's first step, and what a step adds */
+  const int sf_unit = op.sf_layout == NVFP4_SF_LINEAR ? 4 : 512; /* a row's scales of 64 values */
+  const uint8_t *w_src[2], *sf_src[2];
+  bool w_ok[2];
 #pragma unroll
-  for (int i = 0; i < (DUAL ? 1 : MW); i++) {
-    if (!(tiles >> i & 1)) continue; /* all its columns past N (warp-uniform) */
-    const int64_t col0 = n0 + (DUAL ? 16 * warp : 16 * (MW * warp + i));
+  for (int h = 0; h < 2; h++) {
+    const int64_t row = n0 + g + 8 * h;
+    w_ok[h] = row < p.n;
+    const int64_t r = w_ok[h] ? row : 0;
+    w_src[h] = op.data + l * op.batch_stride + r * op.row_stride + (k0 + wk) * (GEMV_STEP / 2) + 16 * tq;
+    sf_src[h] = op.sf + l * op.sf_batch_stride + nvfp4_sf_offset(op.sf_layout, op.sf_row_stride, p.k / 16, r, 0) +
+                (k0 + wk) * 2 * sf_unit + tq / 2 * sf_unit + 2 * (tq % 2);
+  }
+  const bool x_ok = m0 + g < m_end;
+  const uint8_t *x_src =
+      p.a.data + l * p.a.batch_stride + (x_ok ? m0 + g : 0) * p.a.row_stride + (k0 + wk) * (2 * GEMV_STEP) + 64 * tq;
+  constexpr int64_t W_STEP = KW * GEMV_STEP / 2, X_STEP = KW * 2 * GEMV_STEP;
+  const int64_t sf_step = KW * 2 * sf_unit;
+
+  auto load_w = [&](GemvWeights &s, int i) {
 #pragma unroll
-    for (int j = 0; j < NT; j++)
-      if (j < nt) {
-        float v[4];
+    for (int h = 0; h < 2; h++) {
+      s.w[h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[h] + i * W_STEP)) : make_uint4(0u, 0u, 0u, 0u);
+      s.sf[h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[h] + i * sf_step)) : 0u;
+    }
+  };
+  auto load_x = [&](uint4 (&x)[4], int i) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int64_t row = m0 + 8 * j + 2 * tq + e % 2, col = col0 + g + 8 * (e / 2);
-          v[e] = DUAL ? ep.dual(acc[0][j][e], acc[MW - 1][j][e])
-                      : ep.gemm(acc[i][j][e], row, col < p.n ? col : p.n - 1); /* no bias past n */
-        }
-        const float r0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[0] : v[1], 4);
-        const float r1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[2] : v[3], 4);
-        const int64_t row = m0 + 8 * j + 2 * tq + (odd ? 1 : 0), col = col0 + (g & ~1);
-        out.pair(p, ep, m_end, row, col, odd ? r0 : v[0], odd ? v[1] : r0);
-        out.pair(p, ep, m_end, row, col + 8, odd ? r1 : v[2], odd ? v[3] : r1);
+    for (int c = 0; c < 4; c++)
+      x[c] = x_ok ? __ldg(reinterpret_cast<const uint4 *>(x_src + i * X_STEP) + c) : make_uint4(0u, 0u, 0u, 0u);
+  };
+  float acc[MW][1][4] = {}; /* the warp's sums in acc[0]; warp 0's epilogue puts W2's into acc[1] */
+  auto compute = [&](const GemvWeights &s, const uint4 (&x)[4]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) { /* block 2 tq + h */
+      uint32_t bx[4], by[4], fa[4][4];
+      nvfp4_act16_words(x[2 * h], bx);
+      nvfp4_act16_words(x[2 * h + 1], by);
+      const uint2 v0 = h ? make_uint2(s.w[0].z, s.w[0].w) : make_uint2(s.w[0].x, s.w[0].y);
+      const uint2 v1 = h ? make_uint2(s.w[1].z, s.w[1].w) : make_uint2(s.w[1].x, s.w[1].y);
+      const uint32_t sb = prmt(s.sf[0], s.sf[1], h ? 0x51u : 0x40u); /* row g's byte h low, g + 8's */
+      if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa);
+      else nvfp4_wgmma_a_fragments(v0, v1, sb, fa);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        if (BF16) mma_16816_bf16(acc[0][0], fa[k], bx[k], by[k]);
+        else mma_16816(acc[0][0], fa[k], bx[k], by[k]);
+      }
+    }
+  };
+  /* weights GEMV_DEPTH steps ahead, activations (L2 hits) one */
+  static_assert(GEMV_DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
+  GemvWeights ring[GEMV_DEPTH];
+  uint4 xs[2][4];
+#pragma unroll
+  for (int d = 0; d < GEMV_DEPTH; d++)
+    if (d < n) load_w(ring[d], d);
+  if (n > 0) load_x(xs[0], 0);
+  for (int i = 0; i < n; i += GEMV_DEPTH) {
+#pragma unroll
+    for (int d = 0; d < GEMV_DEPTH; d++)
+      if (i + d < n) {
+        if (i + d + 1 < n) load_x(xs[(d + 1) % 2], i + d + 1);
+        compute(ring[d], xs[d % 2]);
+        if (i + d + GEMV_DEPTH < n) load_w(ring[d], i + d + GEMV_DEPTH);
       }
   }
+  pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
+
+  /* the warps' sums, in warp order, to warp 0 */
+  if (warp > 0)
+#pragma unroll
+    for (int e = 0; e < 4; e++) sums[warp][e][lane] = acc[0][0][e];
+  __syncthreads();
+  if (warp > 0) return;
+#pragma unroll
+  for (int w = 1; w < GEMV_WARPS; w++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float &v = acc[w / KW][0][e];
+      v = w == KW ? sums[w][e][lane] : v + sums[w][e][lane];
+    }
+  if (sp.split > 1) {
+    auto each = [&](auto &&fn) {
+#pragma unroll
+      for (int q = 0; q < MW; q++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) fn(acc[q][0][e], (q * 4 + e) * 32);
+    };
+    if (!split_sum<32, ACC>(sp, tile_id, part, lane, last_part, each)) return;
+  }
+  store_tiles<DUAL, BF16, MW, 1>(p, l, m0, m_end, n0, (1u << MW) - 1, 1, g, tq, acc);
 }
 
 /* Every copy of a problem one cp.async: activation and weight rows 16-byte
@@ -541,13 +706,14 @@ bool fast_ok(const nvfp4_matmul &p) {
 }
 
 /* A launch's kernel: dual, bf16 activations, the fast path, m16 tiles per
- * warp, activation rows per tile; and how many CTAs share a tile's K. */
+ * warp, activation rows per tile (8: the GEMV kernel); and how many CTAs share
+ * a tile's K. */
 struct Config {
   bool dual, bf16, fast;
   int mw, tm, split;
 };
 
-int tile_n(const Config &c) { return c.dual ? 64 : 64 * c.mw; }
+int tile_n(const Config &c) { return c.tm == 8 ? 16 : c.dual ? 64 : 64 * c.mw; }
 
 /* A problem's tiles of TM rows; rows grouped by expert: a bound (expert_tile). */
 int64_t row_tiles(const nvfp4_matmul &p, int tm) {
@@ -564,14 +730,14 @@ int64_t count_tiles(const nvfp4_matmul *problems, int count, int tm, int tn) {
  * that maps a Config to a template instance. */
 struct Entry {
   const void *fn;
-  int smem;
+  int smem, threads;
 };
 
 template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
 Entry entry() {
   constexpr int smem = Shape<DUAL, MW, TM>::SMEM;
   static_assert(smem <= 48 * 1024, "no opt-in: every sm_80+ device gives a CTA 48 KB");
-  return {reinterpret_cast<const void *>(w4a16_kernel<DUAL, BF16, FAST, MW, TM>), smem};
+  return {reinterpret_cast<const void *>(w4a16_kernel<DUAL, BF16, FAST, MW, TM>), smem, THREADS};
 }
 
 template <bool BF16, int TM>
@@ -582,6 +748,13 @@ Entry entry(const Config &c) {
 }
 
 Entry entry_of(const Config &c) {
+  if (c.tm == 8) {
+    const void *fn = c.dual ? (c.bf16 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<true, true>)
+                                      : reinterpret_cast<const void *>(w4a16_kernel_gemv<true, false>))
+                            : (c.bf16 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<false, true>)
+                                      : reinterpret_cast<const void *>(w4a16_kernel_gemv<false, false>));
+    return {fn, 0, GEMV_THREADS};
+  }
   if (c.tm == 16) return c.bf16 ? entry<true, 16>(c) : entry<false, 16>(c);
   return c.bf16 ? entry<true, 64>(c) : entry<false, 64>(c);
 }
@@ -590,15 +763,16 @@ Entry entry_of(const Config &c) {
  * and shared memory: an sm_86 / sm_89 holds fewer than an A100 or H100),
  * asked once per device and configuration; 1 where the runtime cannot say. */
 int ctas_per_sm(const Config &c) {
-  static int cache[64][32] = {};
+  static int cache[64][64] = {};
   const DeviceInfo &dev = device_info();
   if (dev.id < 0 || dev.id >= 64) return 1;
-  const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0);
+  const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0) |
+                  (c.tm == 8 ? 32 : 0);
   int &n = cache[dev.id][key];
   if (!n) {
     const Entry k = entry_of(c);
     int got = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, k.fn, THREADS, k.smem) != cudaSuccess || got < 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, k.fn, k.threads, k.smem) != cudaSuccess || got < 1) {
       cudaGetLastError(); /* not this call's error to report */
       got = 1;
     }
@@ -608,6 +782,10 @@ int ctas_per_sm(const Config &c) {
 }
 
 /* problems[0, count) share a_type. Rules of thumb, not measured yet:
+ * - the GEMV kernel where every M is at most 8, K % 128 == 0 and the fast
+ *   path's alignment (not rows grouped by expert: CTAs that scanned the
+ *   offsets, then ran 4 column tiles in turn, took 1.2-1.5x the 16-row
+ *   kernel's time on DeepSeek-V3 and Qwen3 MoE blocks at T = 8, 64; H200);
  * - 16 activation rows where every M is at most 16 (decode; rows grouped by
  *   expert: at most 16 an expert on average): the n8 tiles past 16 would be
  *   neither read nor multiplied anyway, and the smaller step leaves room for
@@ -621,13 +799,22 @@ int ctas_per_sm(const Config &c) {
 Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
   Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, 2, 16, 1};
   int64_t min_steps = INT64_MAX;
+  bool gemv = true;
   for (int g = 0; g < count; g++) {
     const nvfp4_matmul &p = problems[g];
     c.fast = c.fast && fast_ok(p);
     if (p.offs ? p.m > 16 * p.batch : p.m > 16) c.tm = 64;
+    gemv = gemv && !p.offs && p.m <= 8 && p.k % GEMV_STEP == 0;
     if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
   }
   const int sms = device_info().sms;
+  if (gemv && c.fast) { /* as below; each warp of a split CTA at least 2 steps of 128 */
+    c.tm = 8, c.mw = c.dual ? 2 : 1;
+    const int64_t tiles = count_tiles(problems, count, 8, 16), slots = (int64_t)ctas_per_sm(c) * sms;
+    if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
+      c.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots / tiles, min_steps / (4 * GEMV_WARPS)}));
+    return c;
+  }
   if (!c.dual && c.fast && count_tiles(problems, count, c.tm, 128) < 2 * (int64_t)sms) c.mw = 1;
   const int64_t tiles = count_tiles(problems, count, c.tm, tile_n(c)), slots = (int64_t)ctas_per_sm(c) * sms;
   if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
@@ -637,7 +824,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
 
 /* The workspace of a split launch: the partials, then a ticket per tile. */
 size_t partial_bytes(const Config &c, int64_t tiles) {
-  const int acc = (c.dual ? 2 : c.mw) * (c.tm / 8) * 4 * THREADS;
+  const int acc = c.tm == 8 ? (c.dual ? 2 : 1) * 4 * 32 : (c.dual ? 2 : c.mw) * (c.tm / 8) * 4 * THREADS;
   return (size_t)tiles * c.split * acc * sizeof(float);
 }
 
@@ -645,7 +832,7 @@ cudaError_t launch(const Config &c, const MatmulTable &t, unsigned ctas, const S
   const Entry k = entry_of(c);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(ctas);
-  cfg.blockDim = dim3(THREADS);
+  cfg.blockDim = dim3(k.threads);
   cfg.dynamicSmemBytes = k.smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr = pdl_attribute();
@@ -726,6 +913,7 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, cha
   const Config c = config_of(problems, count, workspace);
   char split[24] = "";
   if (c.split > 1) std::snprintf(split, sizeof split, ", split-K %d", c.split);
-  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), split,
+  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c),
+                c.tm == 8 ? ", GEMV (8 warps share K)" : "", split,
                 c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "");
 }
