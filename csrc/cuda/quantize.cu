@@ -118,6 +118,9 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
   constexpr int CHUNK = 32 * PER;
   const int64_t k_blocks = q.k / 16;
   const I chunks = (kb_pad + CHUNK - 1) / CHUNK, items = (I)q.batch * rows_pad * chunks;
+  /* the gemm that reads these codes may launch now (programmatic dependent launch, sm_90+): its CTAs start
+   * while this kernel runs and wait in their pdl_wait until it has finished and its writes are visible */
+  pdl_launch_dependents();
   const float g_all = q.scale_ptr ? *q.scale_ptr : q.scale;
   const int lane = threadIdx.x % 32;
   const I warps = (I)gridDim.x * (THREADS / 32);
