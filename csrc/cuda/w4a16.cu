@@ -577,16 +577,17 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * light as the file's. */
 constexpr int GEMV_WARPS = 8, GEMV_THREADS = 32 * GEMV_WARPS, GEMV_STEP = 128, GEMV_DEPTH = 4;
 
+template <int MW>
 struct GemvWeights {
-  uint4 w[2];     /* the warp's weight rows g, g + 8: 16 bytes each */
-  uint32_t sf[2]; /* their scale bytes of blocks 2t, 2t + 1 */
+  uint4 w[MW][2];     /* the warp's weight rows g, g + 8 of each matrix: 16 bytes each */
+  uint32_t sf[MW][2]; /* their scale bytes of blocks 2t, 2t + 1 */
 };
 
 template <bool DUAL, bool BF16>
 __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
                                                                       const Split sp) {
-  constexpr int MW = DUAL ? 2 : 1, ACC = MW * 4 * 32, KW = GEMV_WARPS / MW; /* warps sharing a matrix's K */
-  __shared__ float sums[GEMV_WARPS][4][32];
+  constexpr int MW = DUAL ? 2 : 1, ACC = MW * 4 * 32, DEPTH = GEMV_DEPTH / MW; /* weights' steps ahead */
+  __shared__ float sums[GEMV_WARPS][MW * 4][32];
   __shared__ int last_part;
   pdl_wait(); /* common.cuh: nothing global is touched before this */
 
@@ -597,79 +598,87 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
   const int64_t tiles_n = (p.n + 15) / 16, n0 = tile % tiles_n * 16, tiles_m = (p.m + 7) / 8;
   const int64_t l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * 8, m_end = p.m;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  /* the warp's matrix (a dual: warps KW.. take W2) and, of the CTA's steps [k0, k1), its own: k0 + wk + KW i,
-   * i < n */
-  const int wk = warp % KW;
-  const nvfp4_operand &op = DUAL && warp >= KW ? p.b2 : p.b;
+  /* of the CTA's steps [k0, k1), the warp's: k0 + warp + GEMV_WARPS i, i < n */
   const int64_t all_steps = p.k / GEMV_STEP, k0 = all_steps * part / sp.split,
                 k1 = all_steps * (part + 1) / sp.split;
-  const int n = k1 - k0 > wk ? (int)((k1 - k0 - wk + KW - 1) / KW) : 0;
+  const int n = k1 - k0 > warp ? (int)((k1 - k0 - warp + GEMV_WARPS - 1) / GEMV_WARPS) : 0;
 
   /* the thread's sources at the warp's first step, and what a step adds */
-  const int sf_unit = op.sf_layout == NVFP4_SF_LINEAR ? 4 : 512; /* a row's scales of 64 values */
-  const uint8_t *w_src[2], *sf_src[2];
+  const int sf_unit = p.b.sf_layout == NVFP4_SF_LINEAR ? 4 : 512; /* a row's scales of 64 values */
+  const uint8_t *w_src[MW][2], *sf_src[MW][2];
   bool w_ok[2];
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int64_t row = n0 + g + 8 * h;
     w_ok[h] = row < p.n;
     const int64_t r = w_ok[h] ? row : 0;
-    w_src[h] = op.data + l * op.batch_stride + r * op.row_stride + (k0 + wk) * (GEMV_STEP / 2) + 16 * tq;
-    sf_src[h] = op.sf + l * op.sf_batch_stride + nvfp4_sf_offset(op.sf_layout, op.sf_row_stride, p.k / 16, r, 0) +
-                (k0 + wk) * 2 * sf_unit + tq / 2 * sf_unit + 2 * (tq % 2);
+#pragma unroll
+    for (int q = 0; q < MW; q++) {
+      const nvfp4_operand &op = q ? p.b2 : p.b;
+      w_src[q][h] = op.data + l * op.batch_stride + r * op.row_stride + (k0 + warp) * (GEMV_STEP / 2) + 16 * tq;
+      sf_src[q][h] = op.sf + l * op.sf_batch_stride + nvfp4_sf_offset(op.sf_layout, op.sf_row_stride, p.k / 16, r, 0) +
+                     (k0 + warp) * 2 * sf_unit + tq / 2 * sf_unit + 2 * (tq % 2);
+    }
   }
   const bool x_ok = m0 + g < m_end;
   const uint8_t *x_src =
-      p.a.data + l * p.a.batch_stride + (x_ok ? m0 + g : 0) * p.a.row_stride + (k0 + wk) * (2 * GEMV_STEP) + 64 * tq;
-  constexpr int64_t W_STEP = KW * GEMV_STEP / 2, X_STEP = KW * 2 * GEMV_STEP;
-  const int64_t sf_step = KW * 2 * sf_unit;
+      p.a.data + l * p.a.batch_stride + (x_ok ? m0 + g : 0) * p.a.row_stride + (k0 + warp) * (2 * GEMV_STEP) + 64 * tq;
+  constexpr int64_t W_STEP = GEMV_WARPS * GEMV_STEP / 2, X_STEP = GEMV_WARPS * 2 * GEMV_STEP;
+  const int64_t sf_step = GEMV_WARPS * 2 * sf_unit;
 
-  auto load_w = [&](GemvWeights &s, int i) {
+  auto load_w = [&](GemvWeights<MW> &s, int i) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      s.w[h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[h] + i * W_STEP)) : make_uint4(0u, 0u, 0u, 0u);
-      s.sf[h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[h] + i * sf_step)) : 0u;
-    }
+    for (int q = 0; q < MW; q++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        s.w[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP)) : make_uint4(0u, 0u, 0u, 0u);
+        s.sf[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step)) : 0u;
+      }
   };
   auto load_x = [&](uint4 (&x)[4], int i) {
 #pragma unroll
     for (int c = 0; c < 4; c++)
       x[c] = x_ok ? __ldg(reinterpret_cast<const uint4 *>(x_src + i * X_STEP) + c) : make_uint4(0u, 0u, 0u, 0u);
   };
-  float acc[MW][1][4] = {}; /* the warp's sums in acc[0]; warp 0's epilogue puts W2's into acc[1] */
-  auto compute = [&](const GemvWeights &s, const uint4 (&x)[4]) {
+  float acc[MW][1][4] = {};
+  auto compute = [&](const GemvWeights<MW> &s, const uint4 (&x)[4]) {
 #pragma unroll
     for (int h = 0; h < 2; h++) { /* block 2 tq + h */
-      uint32_t bx[4], by[4], fa[4][4];
+      uint32_t bx[4], by[4];
       nvfp4_act16_words(x[2 * h], bx);
       nvfp4_act16_words(x[2 * h + 1], by);
-      const uint2 v0 = h ? make_uint2(s.w[0].z, s.w[0].w) : make_uint2(s.w[0].x, s.w[0].y);
-      const uint2 v1 = h ? make_uint2(s.w[1].z, s.w[1].w) : make_uint2(s.w[1].x, s.w[1].y);
-      const uint32_t sb = prmt(s.sf[0], s.sf[1], h ? 0x51u : 0x40u); /* row g's byte h low, g + 8's */
-      if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa);
-      else nvfp4_wgmma_a_fragments(v0, v1, sb, fa);
 #pragma unroll
-      for (int k = 0; k < 4; k++) {
-        if (BF16) mma_16816_bf16(acc[0][0], fa[k], bx[k], by[k]);
-        else mma_16816(acc[0][0], fa[k], bx[k], by[k]);
+      for (int q = 0; q < MW; q++) {
+        uint32_t fa[4][4];
+        const uint4 r0 = s.w[q][0], r8 = s.w[q][1];
+        const uint2 v0 = h ? make_uint2(r0.z, r0.w) : make_uint2(r0.x, r0.y);
+        const uint2 v1 = h ? make_uint2(r8.z, r8.w) : make_uint2(r8.x, r8.y);
+        const uint32_t sb = prmt(s.sf[q][0], s.sf[q][1], h ? 0x51u : 0x40u); /* row g's byte h low, g + 8's */
+        if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa);
+        else nvfp4_wgmma_a_fragments(v0, v1, sb, fa);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+          if (BF16) mma_16816_bf16(acc[q][0], fa[k], bx[k], by[k]);
+          else mma_16816(acc[q][0], fa[k], bx[k], by[k]);
+        }
       }
     }
   };
-  /* weights GEMV_DEPTH steps ahead, activations (L2 hits) one */
-  static_assert(GEMV_DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
-  GemvWeights ring[GEMV_DEPTH];
+  /* weights DEPTH steps ahead, activations (L2 hits) one */
+  static_assert(DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
+  GemvWeights<MW> ring[DEPTH];
   uint4 xs[2][4];
 #pragma unroll
-  for (int d = 0; d < GEMV_DEPTH; d++)
+  for (int d = 0; d < DEPTH; d++)
     if (d < n) load_w(ring[d], d);
   if (n > 0) load_x(xs[0], 0);
-  for (int i = 0; i < n; i += GEMV_DEPTH) {
+  for (int i = 0; i < n; i += DEPTH) {
 #pragma unroll
-    for (int d = 0; d < GEMV_DEPTH; d++)
+    for (int d = 0; d < DEPTH; d++)
       if (i + d < n) {
         if (i + d + 1 < n) load_x(xs[(d + 1) % 2], i + d + 1);
         compute(ring[d], xs[d % 2]);
-        if (i + d + GEMV_DEPTH < n) load_w(ring[d], i + d + GEMV_DEPTH);
+        if (i + d + DEPTH < n) load_w(ring[d], i + d + DEPTH);
       }
   }
   pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
@@ -677,16 +686,17 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
   /* the warps' sums, in warp order, to warp 0 */
   if (warp > 0)
 #pragma unroll
-    for (int e = 0; e < 4; e++) sums[warp][e][lane] = acc[0][0][e];
+    for (int q = 0; q < MW; q++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) sums[warp][q * 4 + e][lane] = acc[q][0][e];
   __syncthreads();
   if (warp > 0) return;
 #pragma unroll
   for (int w = 1; w < GEMV_WARPS; w++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float &v = acc[w / KW][0][e];
-      v = w == KW ? sums[w][e][lane] : v + sums[w][e][lane];
-    }
+    for (int q = 0; q < MW; q++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[q][0][e] += sums[w][q * 4 + e][lane];
   if (sp.split > 1) {
     auto each = [&](auto &&fn) {
 #pragma unroll
