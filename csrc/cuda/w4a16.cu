@@ -559,14 +559,14 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 
 /* ---- decode: the GEMV kernel. Every M <= 8, K % 128 == 0 and the fast
  * path's alignment; not rows grouped by expert. A CTA = GEMV_WARPS warps on
- * one tile of <= 8 activation rows (one n8 tile) x 16 output columns. Each
- * warp holds one m16 tile: the tile's 16 weight rows (a dual: warps 0-3 W1's,
- * 4-7 W2's) over K steps of 128 wk, wk + KW, ... of the CTA's share (wk: the
- * warp among the KW on its matrix; they read a row's bytes side by side),
- * loaded from global memory straight into registers, weights GEMV_DEPTH steps
- * ahead and activations (L2 hits) one: no shared memory, no barrier and no
- * copy bookkeeping in the loop, ~280 instructions a warp and step of 128
- * (bf16; ~220 fp16), 0.14 a weight, where the 16-row kernel takes ~230 a step
+ * one tile of <= 8 activation rows (one n8 tile) x 16 output columns. Warp w
+ * takes the CTA's K steps of 128 w, w + GEMV_WARPS, ... (the warps read a
+ * row's bytes side by side) of the tile's 16 weight rows (a dual: of W1's and
+ * W2's, MW = 2 m16 tiles against one activation fragment), loaded from global
+ * memory straight into registers, weights GEMV_DEPTH / MW steps ahead and
+ * activations (L2 hits) one: no shared memory, no barrier and no copy
+ * bookkeeping in the loop, ~270 instructions a warp, step of 128 and m16 tile
+ * (bf16; ~210 fp16), 0.13 a weight, where the 16-row kernel takes ~230 a step
  * of 64 (0.22; both from the SASS, sm_90a). Thread t of a quad loads 16 bytes
  * of each of its weight rows g, g + 8 (scale blocks 2t and 2t + 1 of the
  * step), their 2 scale bytes, and row g's 64 values of those blocks (4 x 16
