@@ -558,7 +558,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 }
 
 /* ---- decode: the GEMV kernel. Every M <= 8, K % 128 == 0 and the fast
- * path's alignment; not rows grouped by expert. A CTA = GEMV_WARPS warps on
+ * path's alignment (a dual: both scale layouts alike, one step between a
+ * row's scales); not rows grouped by expert. A CTA = GEMV_WARPS warps on
  * one tile of <= 8 activation rows (one n8 tile) x 16 output columns. Warp w
  * takes the CTA's K steps of 128 w, w + GEMV_WARPS, ... (the warps read a
  * row's bytes side by side) of the tile's 16 weight rows (a dual: of W1's and
@@ -631,7 +632,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
     for (int q = 0; q < MW; q++)
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        s.w[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP)) : make_uint4(0u, 0u, 0u, 0u);
+        s.w[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP))
+                            : make_uint4(0u, 0u, 0u, 0u);
         s.sf[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step)) : 0u;
       }
   };
@@ -792,10 +794,11 @@ int ctas_per_sm(const Config &c) {
 }
 
 /* problems[0, count) share a_type. Rules of thumb, not measured yet:
- * - the GEMV kernel where every M is at most 8, K % 128 == 0 and the fast
- *   path's alignment (not rows grouped by expert: CTAs that scanned the
- *   offsets, then ran 4 column tiles in turn, took 1.2-1.5x the 16-row
- *   kernel's time on DeepSeek-V3 and Qwen3 MoE blocks at T = 8, 64; H200);
+ * - the GEMV kernel where every M is at most 8, K % 128 == 0, the fast
+ *   path's alignment and a dual's two scale layouts alike (not rows grouped
+ *   by expert: CTAs that scanned the offsets, then ran 4 column tiles in
+ *   turn, took 1.2-1.5x the 16-row kernel's time on DeepSeek-V3 and Qwen3 MoE
+ *   blocks at T = 8, 64; H200);
  * - 16 activation rows where every M is at most 16 (decode; rows grouped by
  *   expert: at most 16 an expert on average): the n8 tiles past 16 would be
  *   neither read nor multiplied anyway, and the smaller step leaves room for
@@ -814,7 +817,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
     const nvfp4_matmul &p = problems[g];
     c.fast = c.fast && fast_ok(p);
     if (p.offs ? p.m > 16 * p.batch : p.m > 16) c.tm = 64;
-    gemv = gemv && !p.offs && p.m <= 8 && p.k % GEMV_STEP == 0;
+    gemv = gemv && !p.offs && p.m <= 8 && p.k % GEMV_STEP == 0 && (!p.b2.data || p.b2.sf_layout == p.b.sf_layout);
     if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
   }
   const int sms = device_info().sms;
