@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <random>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -168,6 +169,21 @@ struct Epilogue {
  * two separately packed halves into two 4-byte stores. */
 __device__ __forceinline__ void st_global_v2(void *dst, uint32_t x, uint32_t y) {
   asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(x), "r"(y) : "memory");
+}
+
+/* A 16-bit (or float) value as float, and back rounded to nearest even:
+ * the kernels' one pair of conversions by type. */
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
+  else return v;
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return v;
 }
 
 /* Programmatic dependent launch (sm_90+; nothing below). A kernel launched

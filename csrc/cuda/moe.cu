@@ -20,8 +20,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "common.cuh"
 
 namespace {
@@ -97,20 +95,6 @@ __global__ void __launch_bounds__(SORT_LANES) moe_sort_kernel(const nvfp4_moe_so
   for (int e = lane; e < experts; e += SORT_LANES) s.offs[e] = next[e];
   for (int r = valid_rows + lane; r < pairs; r += SORT_LANES) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
   pdl_launch_dependents();
-}
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v) {
-  if constexpr (std::is_same<T, float>::value) return v;
-  else if constexpr (std::is_same<T, __half>::value) return __half2float(v);
-  else return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v) {
-  if constexpr (std::is_same<T, float>::value) return v;
-  else if constexpr (std::is_same<T, __half>::value) return __float2half_rn(v);
-  else return __float2bfloat16_rn(v);
 }
 
 constexpr int COMBINE_THREADS = 256;

@@ -40,15 +40,6 @@ namespace {
 
 constexpr int THREADS = 256;
 
-template <typename T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 /* The 16 values at p as floats; VEC: p is 16-byte aligned. (Loading all of a
  * lane's four blocks before quantizing any took 128 registers and measured
  * 3-6% slower on large inputs, H100.) */
@@ -79,15 +70,6 @@ __device__ __forceinline__ void load16(const T *p, float (&x)[16]) {
     for (int i = 0; i < 16; i++) x[i] = to_float<T>(p[i]);
   }
 }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 /* A block's quantized values (nvfp4.h: code value x scale, exact in T) at p;
  * VEC: p is 16-byte aligned. */

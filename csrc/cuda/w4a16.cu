@@ -117,7 +117,6 @@ constexpr int THREADS = 128; /* 4 warps */
 constexpr int KSTEP = 64;    /* K values per step */
 constexpr int MAX_SPLIT = 16; /* CTAs sharing a tile's K (a ticket counts up to 2^16) */
 
-
 /* A CTA's shape: TM activation rows (NT = TM / 8 n8 tiles, every warp all of
  * them), MW m16 tiles (of 16 weight rows) per warp, TW weight rows a step
  * (dual: TW / 2 of W1, then the same columns of W2), TN output columns. A
