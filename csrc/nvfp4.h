@@ -158,10 +158,48 @@ typedef struct nvfp4_moe_combine {
   void *out;
 } nvfp4_moe_combine;
 
-/* CPU: the sort; the combine of tokens [t0, t1) (disjoint ranges may run at
- * once). */
+/* Routing: each token's top_k experts and their weights from its router
+ * logits, in float32 (as transformers' routers compute them).
+ * Softmax (Qwen-MoE, Mixtral): experts ranked by logit; weight = the
+ * softmax probability exp(x - max) / sum of exp(x - max) (the sum in expert
+ * order on the CPU, lane partials then a butterfly on the GPU).
+ * Sigmoid (DeepSeek-V3): s = 1 / (1 + exp(-x)), experts ranked by
+ * c = s + bias (bias may be NULL); with groups > 1 the experts form `groups`
+ * equal runs, each scored by the sum of its two largest c (its largest where
+ * a run has one expert), and only the top_groups best runs compete; weight = s.
+ * Ranking: larger first, equal values by lower index, NaN below every number.
+ * Then, where renormalize, weights / their sum (added in rank order; sigmoid
+ * + 1e-20), then times scale. ids[t, j] / weights[t, j]: token t's j-th
+ * expert in rank order. Contiguous: logits [tokens, experts], bias [experts]
+ * float32, ids int32 and weights float32 [tokens, top_k]. At most
+ * NVFP4_MOE_ROUTE_MAX_EXPERTS experts and 32 groups; top_k <= 32 and no more
+ * than the competing experts. */
+#define NVFP4_MOE_ROUTE_MAX_EXPERTS 2048
+typedef struct nvfp4_moe_route {
+  int64_t tokens, experts, top_k, groups, top_groups;
+  const void *logits;
+  int32_t logits_type; /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16 */
+  int32_t sigmoid;     /* else softmax                         */
+  int32_t renormalize;
+  float scale;
+  const float *bias;
+  int32_t *ids;
+  float *weights;
+} nvfp4_moe_route;
+
+/* CPU: the sort; the combine of tokens [t0, t1) and the routing of tokens
+ * [t0, t1) (disjoint ranges may run at once). */
 nvfp4_status nvfp4_moe_sort_cpu(const nvfp4_moe_sort *s);
 nvfp4_status nvfp4_moe_combine_cpu(const nvfp4_moe_combine *c, int64_t t0, int64_t t1);
+nvfp4_status nvfp4_moe_route_cpu(const nvfp4_moe_route *r, int64_t t0, int64_t t1);
+/* The arguments every routing implementation accepts. */
+static inline int nvfp4_moe_route_ok(const nvfp4_moe_route *r) {
+  const int64_t runs = r->groups > 1 ? r->top_groups * (r->experts / (r->groups ? r->groups : 1)) : r->experts;
+  return r->tokens >= 0 && r->experts > 0 && r->experts <= NVFP4_MOE_ROUTE_MAX_EXPERTS && r->top_k > 0 &&
+         r->top_k <= 32 && r->groups >= 1 && r->groups <= 32 && r->experts % r->groups == 0 &&
+         r->top_groups >= 1 && r->top_groups <= r->groups && (r->groups == 1 || r->sigmoid) && r->top_k <= runs &&
+         (r->logits_type == NVFP4_F32 || r->logits_type == NVFP4_F16 || r->logits_type == NVFP4_BF16);
+}
 
 /* CPU (x_type NVFP4_F32 only): rows [r0, r1) of every batch, and the
  * padding rows among them (blocked: r1 may reach the padded row count). */
@@ -208,6 +246,7 @@ nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);
  * host synchronisation. */
 nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_t stream);
 nvfp4_status nvfp4_moe_combine_cuda(const nvfp4_moe_combine *c, cudaStream_t stream);
+nvfp4_status nvfp4_moe_route_cuda(const nvfp4_moe_route *r, cudaStream_t stream);
 
 /* The plan nvfp4_matmul_cuda_ws (with a workspace) would launch for these
  * problems on the current device, as text into buf (at most len bytes): the

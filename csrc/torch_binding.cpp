@@ -1007,6 +1007,17 @@ Tensor quantized_values(const Tensor &x, const std::optional<Tensor> &global_sca
   return out;
 }
 
+/* fn(t0, t1) over ranges of [0, n) on torch's thread pool: a failing range's status, else NVFP4_OK. */
+template <typename F>
+nvfp4_status cpu_ranges(int64_t n, F fn) {
+  std::atomic<int> status{NVFP4_OK};
+  at::parallel_for(0, n, 1, [&](int64_t t0, int64_t t1) {
+    const nvfp4_status s = fn(t0, t1);
+    if (s != NVFP4_OK) status = s;
+  });
+  return (nvfp4_status)status.load();
+}
+
 void moe_device(const char *op, const Tensor &t) {
   TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), op, ": tensors on ", t.device(),
                     " are not supported (CPU or CUDA)");
@@ -1054,6 +1065,66 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> moe_sort(const Tensor &ids, int64_t n
   return {token_of_row, expert_of_row, row_of_pair, offs};
 }
 
+/* A mixture of experts' routing (nvfp4.h, nvfp4_moe_route): logits [T, E]
+ * float32 / float16 / bfloat16 -> (weights [T, top_k] float32, ids [T, top_k]
+ * int32), each token's experts in rank order. */
+std::tuple<Tensor, Tensor> moe_route(const Tensor &logits, int64_t top_k, bool sigmoid, const std::optional<Tensor> &bias,
+                                     int64_t groups, int64_t top_groups, bool renormalize, double scale) {
+  const char *op = "nvfp4.moe_route";
+  const auto type = logits.scalar_type();
+  TORCH_CHECK_TYPE(type == at::kFloat || type == at::kHalf || type == at::kBFloat16, op,
+                   ": logits must be float32, float16 or bfloat16, got ", type);
+  TORCH_CHECK_VALUE(logits.dim() == 2, op, ": logits must be [T, num_experts], got shape ", logits.sizes());
+  const int64_t experts = logits.size(1);
+  TORCH_CHECK_VALUE(experts >= 1 && experts <= NVFP4_MOE_ROUTE_MAX_EXPERTS, op, ": num_experts must be in [1, ",
+                    NVFP4_MOE_ROUTE_MAX_EXPERTS, "], got ", experts);
+  TORCH_CHECK_VALUE(groups >= 1 && groups <= 32 && experts % groups == 0 && top_groups >= 1 && top_groups <= groups,
+                    op, ": n_group must divide num_experts = ", experts, " and be at most 32, 1 <= topk_group <= n_group;",
+                    " got n_group ", groups, ", topk_group ", top_groups);
+  TORCH_CHECK_VALUE(groups == 1 || sigmoid, op, ": expert groups go with sigmoid scoring");
+  const int64_t open = groups > 1 ? top_groups * (experts / groups) : experts;
+  TORCH_CHECK_VALUE(top_k >= 1 && top_k <= 32 && top_k <= open, op, ": top_k must be in [1, min(32, ", open,
+                    " competing experts)], got ", top_k);
+  TORCH_CHECK_VALUE(std::isfinite(scale), op, ": scale must be finite, got ", scale);
+  moe_device(op, logits);
+  Tensor bc;
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(sigmoid, op, ": a correction bias goes with sigmoid scoring");
+    TORCH_CHECK_TYPE(bias->scalar_type() == at::kFloat, op, ": bias must be float32, got ", bias->scalar_type());
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == experts, op, ": bias must be [num_experts = ", experts,
+                      "], got shape ", bias->sizes());
+    TORCH_CHECK_VALUE(bias->device() == logits.device(), op, ": bias must be on logits' device ", logits.device(),
+                      ", got ", bias->device());
+    bc = bias->contiguous();
+  }
+  const Tensor lc = logits.contiguous();
+  Tensor weights = at::empty({logits.size(0), top_k}, logits.options().dtype(at::kFloat));
+  Tensor ids = at::empty({logits.size(0), top_k}, logits.options().dtype(at::kInt));
+  nvfp4_moe_route r{};
+  r.tokens = logits.size(0), r.experts = experts, r.top_k = top_k, r.groups = groups, r.top_groups = top_groups;
+  r.logits = lc.const_data_ptr(), r.logits_type = float_type_of(type);
+  r.sigmoid = sigmoid, r.renormalize = renormalize, r.scale = (float)scale;
+  r.bias = bc.defined() ? bc.const_data_ptr<float>() : nullptr;
+  r.ids = ids.mutable_data_ptr<int32_t>(), r.weights = weights.mutable_data_ptr<float>();
+  if (r.tokens == 0) return {weights, ids};
+  nvfp4_status st = NVFP4_ERR_INVALID;
+  if (logits.device().is_cpu()) {
+#ifdef NVFP4_NO_CPU
+    TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
+#else
+    st = cpu_ranges(r.tokens, [&](int64_t t0, int64_t t1) { return nvfp4_moe_route_cpu(&r, t0, t1); });
+    TORCH_CHECK(st == NVFP4_OK, op, ": arguments the kernel refuses (", status_text(st), ")");
+#endif
+    return {weights, ids};
+  }
+#ifdef NVFP4_WITH_CUDA
+  c10::cuda::CUDAGuard guard(logits.device());
+  st = nvfp4_moe_route_cuda(&r, c10::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+#endif
+  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
+  return {weights, ids};
+}
+
 /* The weighted sum of a mixture of experts' rows (nvfp4.h,
  * nvfp4_moe_combine): y [rows, H], row_of_pair [T, top_k] int32 (moe_sort's),
  * weights [T, top_k] float -> [T, H] in y's dtype. */
@@ -1090,12 +1161,8 @@ Tensor moe_combine(const Tensor &y, const Tensor &row_of_pair, const Tensor &wei
 #ifdef NVFP4_NO_CPU
     TORCH_CHECK_VALUE(false, op, ": this build has no CPU kernels (a CUDA-only bundle): pass CUDA tensors");
 #else
-    std::atomic<int> status{NVFP4_OK};
-    at::parallel_for(0, c.tokens, 1, [&](int64_t t0, int64_t t1) {
-      const nvfp4_status s = nvfp4_moe_combine_cpu(&c, t0, t1);
-      if (s != NVFP4_OK) status = s;
-    });
-    TORCH_CHECK_VALUE(status == NVFP4_OK, op, ": row_of_pair must hold rows of y (below ", c.rows, ") or -1");
+    st = cpu_ranges(c.tokens, [&](int64_t t0, int64_t t1) { return nvfp4_moe_combine_cpu(&c, t0, t1); });
+    TORCH_CHECK_VALUE(st == NVFP4_OK, op, ": row_of_pair must hold rows of y (below ", c.rows, ") or -1");
 #endif
     return out;
   }
@@ -1171,6 +1238,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("quantized_values(Tensor x, Tensor? global_scale=None) -> Tensor");
   m.def("moe_sort(Tensor ids, int num_experts) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_combine(Tensor y, Tensor row_of_pair, Tensor weights) -> Tensor");
+  m.def("moe_route(Tensor logits, int top_k, bool sigmoid=False, Tensor? bias=None, int n_group=1, int topk_group=1, "
+        "bool renormalize=True, float scale=1.0) -> (Tensor, Tensor)");
   m.def("kernel_name(str op, Tensor[] tensors) -> str");
 }
 
@@ -1196,6 +1265,7 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("quantized_values", &quantized_values);             \
   m.impl("moe_sort", &moe_sort);                             \
   m.impl("moe_combine", &moe_combine);                       \
+  m.impl("moe_route", &moe_route);                           \
   m.impl("kernel_name", &kernel_name);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
@@ -1203,7 +1273,7 @@ NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, Autograd, m) {
   for (const char *op : {"gemv", "gemv_out", "gemm", "gemm_out", "dual_gemm", "dual_gemm_out", "group_gemm",
                          "group_gemm_out", "gemm_w4a16", "gemm_w4a16_out", "dual_gemm_w4a16", "dual_gemm_w4a16_out",
-                         "grouped_mm", "grouped_mm_out", "quantize", "quantized_values", "moe_combine"})
+                         "grouped_mm", "grouped_mm_out", "quantize", "quantized_values", "moe_combine", "moe_route"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_autograd>());
 }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CUDA, m) { NVFP4_IMPLS(m) }

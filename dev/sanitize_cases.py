@@ -217,8 +217,8 @@ def main(only):
             rows = sum(sizes)
             bad += not close(got[:rows], want[:rows])
     if section("moe ops"):
-        # the sort's one warp (shared-memory counts, match.any ranks; ids outside the experts) and the
-        # combine's 16-byte and element paths, against the CPU's results
+        # the sort's one warp (shared-memory counts, match.any ranks; ids outside the experts), the
+        # combine's 16-byte and element paths and the routing, against the CPU's results
         for t, k, e in [(1, 8, 256), (37, 6, 8192), (1000, 8, 3), (5, 2, 1)]:
             ids = torch.randint(-1, e + 1, (t, k), generator=gen)
             ok = (ids >= 0) & (ids < e)
@@ -235,6 +235,13 @@ def main(only):
                 w = torch.rand(t, k, generator=gen)
                 out = nk.moe_combine(y.to(dev), rows.to(dev), w.to(dev))
                 bad += not torch.equal(out.cpu(), nk.moe_combine(y, rows, w))
+        # the routing's warps (a token each, tokens past the last warp's), softmax and grouped sigmoid
+        for t, e, k, kw in [(5, 128, 8, {}), (37, 256, 8, dict(scoring="sigmoid", n_group=8, topk_group=4)),
+                            (3, 2048, 32, {})]:
+            logits = torch.randn(t, e, generator=gen).to(bf16)
+            got, want = nk.moe_route(logits.to(dev), k, **kw), nk.moe_route(logits, k, **kw)
+            bad += not torch.equal(got[1].cpu(), want[1])
+            bad += not torch.allclose(got[0].cpu(), want[0], rtol=1e-5)
     if only == ["--list"]:
         print("\n".join(names))
         return

@@ -13,6 +13,7 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     grouped_mm(x, w, w_sf, offs, *, gated=False)         x's rows by expert (MoE): offs on the device
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
     quantized_values(x, *, global_scale=None)            the values those codes and scales stand for
+    moe_route(logits, top_k, *, scoring="softmax")       an MoE's top_k experts and weights per token
     moe_sort(ids, num_experts)                           an MoE's token-expert pairs as rows by expert
     moe_combine(y, row_of_pair, weights)                 those rows' weighted sum back per token
     kernel_name(op, *args)                               which kernel op(*args) runs, and how
@@ -32,10 +33,10 @@ import torch  # noqa: F401  (loads the libraries _C links against)
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
 from . import layouts, nn, reference
 from .ops import (dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, grouped_mm, kernel_name,
-                  moe_combine, moe_sort, quantize, quantized_values)
+                  moe_combine, moe_route, moe_sort, quantize, quantized_values)
 
 WITH_CUDA = bool(_C.with_cuda)
 
 __all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "grouped_mm", "quantize",
-           "quantized_values", "moe_sort", "moe_combine", "kernel_name",
+           "quantized_values", "moe_route", "moe_sort", "moe_combine", "kernel_name",
            "reference", "layouts", "nn", "WITH_CUDA"]

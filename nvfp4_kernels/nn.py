@@ -398,7 +398,7 @@ class NVFP4MoE(torch.nn.Module):
         "sigmoid" (DeepSeek-V3): s = sigmoid(logits), c = s + e_score_correction_bias; experts in
         n_group groups ranked by the sum of each group's two largest c, the best topk_group kept;
         the top_k of c among them; weights s there (divided by their sum + 1e-20 where
-        norm_topk_prob), times routed_scaling_factor;
+        norm_topk_prob), times routed_scaling_factor (ops.moe_route, one kernel);
       the token-expert pairs sorted by expert on the device (ops.moe_sort, one kernel, no host
         sync: CUDA graphs replay any routing), each pair's row of x -> ops.grouped_mm with
         gated=True: h = silu(x W1^T) * (x W3^T) in x's dtype -> ops.grouped_mm: y = h W2^T;
@@ -420,8 +420,9 @@ class NVFP4MoE(torch.nn.Module):
         if h % _BLOCK or i % _BLOCK:
             raise ValueError(f"NVFP4MoE: hidden_size and intermediate_size must be multiples of {_BLOCK}, got "
                              f"{h} and {i}")
-        if top_k > e:
-            raise ValueError(f"NVFP4MoE: top_k={top_k} is more than num_experts={e}")
+        if top_k > e or top_k > 32 or e > 2048:
+            raise ValueError(f"NVFP4MoE: top_k={top_k} must be at most num_experts={e} and 32, num_experts at most "
+                             f"2048 (ops.moe_route)")
         if mode not in MODES:
             raise ValueError(f"NVFP4MoE: mode must be one of {MODES}, got {mode!r}")
         if routing not in ROUTINGS:
@@ -479,31 +480,11 @@ class NVFP4MoE(torch.nn.Module):
 
     # ---- forward -------------------------------------------------------------------------------
     def route(self, router_logits: torch.Tensor):
-        """(weights float32 [T, top_k], expert ids int64 [T, top_k]) of router_logits [T, E]."""
-        logits = router_logits.float()
-        if self.routing == "softmax":
-            p = logits.softmax(-1)
-            w, ids = p.topk(self.top_k, -1)
-            if self.norm_topk_prob:
-                w = w / w.sum(-1, keepdim=True)
-            return self._scaled(w), ids
-        s = logits.sigmoid()
-        c = s if self.e_score_correction_bias is None else s + self.e_score_correction_bias
-        if self.n_group > 1:
-            t = c.shape[0]
-            groups = c.view(t, self.n_group, -1).topk(min(2, self.num_experts // self.n_group), -1)[0].sum(-1)
-            keep = torch.zeros_like(groups).scatter_(1, groups.topk(self.topk_group, -1)[1], 1.0)
-            keep = keep.repeat_interleave(self.num_experts // self.n_group, -1)
-            c = c.masked_fill(keep == 0, float("-inf"))
-        ids = c.topk(self.top_k, -1)[1]
-        w = s.gather(1, ids)
-        if self.norm_topk_prob:
-            w = w / (w.sum(-1, keepdim=True) + 1e-20)
-        return self._scaled(w), ids
-
-    def _scaled(self, w: torch.Tensor) -> torch.Tensor:
-        """w times routed_scaling_factor (no launch where that is 1: the product would be w)."""
-        return w if self.routed_scaling_factor == 1.0 else w * self.routed_scaling_factor
+        """(weights float32 [T, top_k], expert ids int32 [T, top_k]) of router_logits [T, E], one kernel
+        (ops.moe_route: the formulas of the class's docstring, experts in rank order)."""
+        return ops.moe_route(router_logits, self.top_k, scoring=self.routing, bias=self.e_score_correction_bias,
+                             n_group=self.n_group, topk_group=self.topk_group, renormalize=self.norm_topk_prob,
+                             scale=self.routed_scaling_factor)
 
     def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor):
         """w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact values

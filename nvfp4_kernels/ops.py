@@ -225,6 +225,21 @@ def moe_combine(y: torch.Tensor, row_of_pair: torch.Tensor, weights: torch.Tenso
     return torch.ops.nvfp4.moe_combine(y, row_of_pair, weights)
 
 
+def moe_route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", bias: Optional[torch.Tensor] = None,
+              n_group: int = 1, topk_group: int = 1, renormalize: bool = True, scale: float = 1.0):
+    """Each token's top_k experts and their weights from router logits [T, E] (float32 / float16 /
+    bfloat16), in float32, one kernel: (weights float32 [T, top_k], ids int32 [T, top_k]), in rank
+    order (larger first, equal values by the lower index, NaN last). scoring "softmax" (Qwen-MoE,
+    Mixtral): ranked by logit, weight the softmax probability; "sigmoid" (DeepSeek-V3): s =
+    sigmoid(logits), ranked by s + bias (float32 [E] or None), in n_group equal runs of experts of
+    which the topk_group with the largest sums of their two best compete; weight s. renormalize:
+    weights / their sum (sigmoid: + 1e-20); then times scale. E <= 2048, n_group <= 32, top_k <= 32."""
+    if scoring not in ("softmax", "sigmoid"):
+        raise ValueError(f"nvfp4.moe_route: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
+    return torch.ops.nvfp4.moe_route(logits, top_k, scoring == "sigmoid", bias, n_group, topk_group, renormalize,
+                                     float(scale))
+
+
 def kernel_name(op: str, *args) -> str:
     """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
     e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
@@ -347,6 +362,13 @@ def _(ids, num_experts):
 def _(y, row_of_pair, weights):
     _one_device("moe_combine", (y, row_of_pair, weights))
     return y.new_empty((row_of_pair.shape[0], y.shape[1]))
+
+
+@torch.library.register_fake("nvfp4::moe_route")
+def _(logits, top_k, sigmoid=False, bias=None, n_group=1, topk_group=1, renormalize=True, scale=1.0):
+    _one_device("moe_route", (logits, bias))
+    t = logits.shape[0]
+    return logits.new_empty((t, top_k), dtype=torch.float32), logits.new_empty((t, top_k), dtype=torch.int32)
 
 
 def _register_out_fake(name, scalars=()):

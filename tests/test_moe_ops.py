@@ -1,13 +1,109 @@
-"""ops.moe_sort and ops.moe_combine (csrc/cpu/moe.c, csrc/cuda/moe.cu): the pairs grouped by expert
-against torch's stable sort, every output checked; the combine bit for bit against its formula (each
-product rounded, added in j order) on the CPU and on a GPU, 16-byte and element paths; ids outside
-the experts; bad arguments; the ops as torch citizens."""
+"""ops.moe_route, ops.moe_sort and ops.moe_combine (csrc/cpu/moe.c, csrc/cuda/moe.cu): the routing
+against torch's formulas (softmax, DeepSeek-V3's grouped sigmoid), its ranking of ties and NaN, the
+GPU's against the CPU's; the pairs grouped by expert against torch's stable sort, every output
+checked; the combine bit for bit against its formula (each product rounded, added in j order) on the
+CPU and on a GPU, 16-byte and element paths; ids outside the experts; bad arguments; the ops as torch
+citizens."""
 
 import pytest
 import torch
 
 import nvfp4_kernels as nk
 from conftest import needs_cuda
+
+
+def torch_route(logits, k, scoring, bias=None, n_group=1, topk_group=1, renormalize=True, scale=1.0):
+    """The routing as transformers' routers write it (float32): (weights, ids), ids in rank order."""
+    x = logits.float()
+    if scoring == "softmax":
+        p = x.softmax(-1)
+        w, ids = p.topk(k, -1)
+        return (w / w.sum(-1, keepdim=True) if renormalize else w) * scale, ids
+    s = x.sigmoid()
+    c = s if bias is None else s + bias
+    if n_group > 1:
+        t, e = c.shape
+        groups = c.view(t, n_group, -1).topk(min(2, e // n_group), -1)[0].sum(-1)
+        keep = torch.zeros_like(groups).scatter_(1, groups.topk(topk_group, -1)[1], 1.0)
+        c = c.masked_fill(keep.repeat_interleave(e // n_group, -1) == 0, float("-inf"))
+    ids = c.topk(k, -1)[1]
+    w = s.gather(1, ids)
+    return (w / (w.sum(-1, keepdim=True) + 1e-20) if renormalize else w) * scale, ids
+
+
+ROUTES = [("softmax", 128, 8, {}), ("softmax", 60, 4, {"renormalize": False}), ("softmax", 8, 2, {"scale": 2.5}),
+          ("sigmoid", 256, 8, {"n_group": 8, "topk_group": 4, "bias": True, "scale": 2.5}),  # DeepSeek-V3
+          ("sigmoid", 64, 6, {"n_group": 32, "topk_group": 3, "bias": True}),  # runs of 2 experts
+          ("sigmoid", 16, 3, {"n_group": 16, "topk_group": 16}),  # runs of one
+          ("sigmoid", 2048, 32, {"renormalize": False}), ("softmax", 1, 1, {})]
+
+
+@pytest.mark.parametrize("scoring,e,k,kw", ROUTES, ids=[f"{r[0]}-{r[1]}-{r[2]}-{len(r[3])}" for r in ROUTES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_moe_route_matches_torch(device, gen, scoring, e, k, kw, dtype):
+    """Random logits (no ties): the same experts in the same order as torch's topk, weights within a
+    float32 rounding or two (exp and the sum's order)."""
+    t = 37
+    if dtype == torch.float32:  # sigmoid: |x| small enough that the largest scores differ by more than exp's rounding
+        logits = torch.randn(t, e, generator=gen) * (3 if scoring == "softmax" else 1)
+    else:  # distinct bf16 values (random ones tie often), 2^-6 <= |x| < 8: their sigmoids differ too
+        grid = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+        grid = grid[(grid.float().abs() >= 2.0**-6) & (grid.float().abs() < 8)]
+        logits = torch.stack([grid[torch.randperm(grid.numel(), generator=gen)[:e]] for _ in range(t)])
+    kw = dict(kw)
+    bias = torch.randn(e, generator=gen) * 0.1 if kw.pop("bias", False) else None
+    w, ids = nk.moe_route(logits.to(device), k, scoring=scoring, bias=None if bias is None else bias.to(device), **kw)
+    assert w.dtype == torch.float32 and ids.dtype == torch.int32 and w.shape == ids.shape == (t, k)
+    want_w, want_ids = torch_route(logits, k, scoring, bias, **kw)
+    assert torch.equal(ids.cpu().long(), want_ids)
+    torch.testing.assert_close(w.cpu(), want_w, rtol=1e-6, atol=1e-7)
+    if device == "cuda":  # the GPU's against the CPU's: the same experts; weights but for exp's last bits
+        w_cpu, ids_cpu = nk.moe_route(logits, k, scoring=scoring, bias=bias, **kw)
+        assert torch.equal(ids.cpu(), ids_cpu)
+        torch.testing.assert_close(w.cpu(), w_cpu, rtol=1e-6, atol=1e-7)
+
+
+def test_moe_route_ranking(device):
+    """Equal scores rank by the lower index; NaN after every number (torch's topk ranks NaN first);
+    a token of all-equal logits takes experts 0 .. k-1 with equal weights."""
+    nan = float("nan")
+    logits = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0], [nan, 0.0, nan, -1.0, 5.0], [0.5] * 5])
+    w, ids = nk.moe_route(logits.to(device), 3)
+    assert ids.cpu().tolist()[0] == [1, 2, 4] and ids.cpu().tolist()[2] == [0, 1, 2]
+    assert ids.cpu().tolist()[1][:2] == [4, 1]  # the numbers first; a NaN third
+    torch.testing.assert_close(w.cpu()[2], torch.full((3,), 1 / 3))
+    _, ids = nk.moe_route(torch.zeros(2, 8, device=device), 2, scoring="sigmoid", n_group=4, topk_group=2)
+    assert ids.cpu().tolist() == [[0, 1], [0, 1]]
+
+
+def test_moe_route_bad_arguments(device):
+    x = torch.zeros(3, 8, device=device)
+    with pytest.raises(TypeError, match="logits must be float32, float16 or bfloat16"):
+        nk.moe_route(x.int(), 2)
+    with pytest.raises(ValueError, match=r"logits must be \[T, num_experts\]"):
+        nk.moe_route(x[0], 2)
+    with pytest.raises(ValueError, match=r"num_experts must be in \[1, 2048\]"):
+        nk.moe_route(torch.zeros(1, 2049, device=device), 2)
+    with pytest.raises(ValueError, match=r"top_k must be in \[1, min\(32, 8 competing experts\)\]"):
+        nk.moe_route(x, 9)
+    with pytest.raises(ValueError, match=r"top_k must be in \[1, min\(32, 4 competing experts\)\]"):
+        nk.moe_route(x, 5, scoring="sigmoid", n_group=4, topk_group=2)
+    with pytest.raises(ValueError, match="n_group must divide num_experts"):
+        nk.moe_route(x, 2, scoring="sigmoid", n_group=3)
+    with pytest.raises(ValueError, match="expert groups go with sigmoid scoring"):
+        nk.moe_route(x, 2, n_group=2)
+    with pytest.raises(ValueError, match="a correction bias goes with sigmoid scoring"):
+        nk.moe_route(x, 2, bias=torch.zeros(8, device=device))
+    with pytest.raises(ValueError, match=r"bias must be \[num_experts = 8\]"):
+        nk.moe_route(x, 2, scoring="sigmoid", bias=torch.zeros(7, device=device))
+    with pytest.raises(TypeError, match="bias must be float32"):
+        nk.moe_route(x, 2, scoring="sigmoid", bias=torch.zeros(8, device=device).half())
+    with pytest.raises(ValueError, match="scoring must be 'softmax' or 'sigmoid'"):
+        nk.moe_route(x, 2, scoring="relu")
+    with pytest.raises(ValueError, match="scale must be finite"):
+        nk.moe_route(x, 2, scale=float("inf"))
+    w, ids = nk.moe_route(torch.zeros(0, 8, device=device), 2)
+    assert w.shape == ids.shape == (0, 2)
 
 
 def expected_sort(ids, e):
@@ -124,6 +220,10 @@ def test_moe_ops_one_device():
 
 
 def test_moe_ops_torch_citizens(device, gen):
+    logits = torch.randn(5, 16, generator=gen).to(device)
+    torch.library.opcheck(torch.ops.nvfp4.moe_route.default, (logits, 3))
+    torch.library.opcheck(torch.ops.nvfp4.moe_route.default, (logits.bfloat16(), 2, True, torch.zeros(16).to(device),
+                                                                4, 2, True, 2.5))
     ids = torch.randint(0, 6, (5, 2), generator=gen).to(device)
     torch.library.opcheck(torch.ops.nvfp4.moe_sort.default, (ids, 6))
     _, _, row_of_pair, _ = nk.moe_sort(ids, 6)

@@ -11,6 +11,10 @@
  * on, so rows keep pair order within an expert. One launch instead of the
  * sort, gather, conversion and search of a torch sequence.
  *
+ * Route: a warp per token ranks its experts (softmax or DeepSeek's grouped
+ * sigmoid), top_k rounds of a search and a warp-wide first; one launch for
+ * torch's 5-12 (softmax, topk, sums, masks, gathers).
+ *
  * Combine: a thread sums top_k products for 8 (16-bit y) or 4 (float32)
  * adjacent outputs of one token, read as one 16-byte load per pair where the
  * rows allow (else one value at a time). Speed of light: bytes / copy
@@ -155,6 +159,105 @@ cudaError_t combine_w(const nvfp4_moe_combine &c, cudaStream_t stream) {
 
 bool float_type(int32_t t) { return t == NVFP4_F32 || t == NVFP4_F16 || t == NVFP4_BF16; }
 
+/* ---- routing: a warp per token (nvfp4.h's definition; csrc/cpu/moe.c) */
+constexpr int ROUTE_WARPS = 4;
+
+__device__ __forceinline__ float as_float(float v) { return v; }
+__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* nvfp4.h's ranking: a before b where larger, or equal with the lower index;
+ * NaN after every number */
+__device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
+  if (a != a) return b != b && ia < ib;
+  if (b != b) return true;
+  return a > b || (a == b && ia < ib);
+}
+
+/* the first in rank order of the lanes' candidates (i < 0: a lane has none), on every lane */
+__device__ __forceinline__ void warp_first(float &v, int &i) {
+#pragma unroll
+  for (int d = 16; d; d >>= 1) {
+    const float ov = __shfl_xor_sync(0xFFFFFFFFu, v, d);
+    const int oi = __shfl_xor_sync(0xFFFFFFFFu, i, d);
+    if (oi >= 0 && (i < 0 || ranks_before(ov, oi, v, i))) v = ov, i = oi;
+  }
+}
+
+/* Lane e % 32 owns expert e. Softmax: the max and the sum of exp(x - max) by
+ * lane partials and a butterfly; sigmoid groups: lane g scores run g; then
+ * top_k rounds, each a search of the open experts and a warp-wide first;
+ * lane j keeps the j-th, and the weights' sum is taken in rank order. */
+template <typename T>
+__global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4_moe_route r) {
+  pdl_wait();
+  const unsigned all = 0xFFFFFFFFu;
+  const int lane = threadIdx.x % 32, experts = (int)r.experts, k = (int)r.top_k, run = experts / (int)r.groups;
+  const int64_t t = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
+  if (t >= r.tokens) return;
+  const T *x = static_cast<const T *>(r.logits) + t * experts;
+  auto sig = [&](int e) { return 1.0f / (1.0f + expf(-as_float(x[e]))); };
+  auto score = [&](int e) {
+    if (!r.sigmoid) return as_float(x[e]);
+    const float s = sig(e);
+    return r.bias ? s + r.bias[e] : s;
+  };
+  float hi = -INFINITY, z = 0.0f;
+  if (!r.sigmoid) {
+    for (int e = lane; e < experts; e += 32) hi = fmaxf(hi, as_float(x[e]));
+#pragma unroll
+    for (int d = 16; d; d >>= 1) hi = fmaxf(hi, __shfl_xor_sync(all, hi, d));
+    for (int e = lane; e < experts; e += 32) z += expf(as_float(x[e]) - hi);
+#pragma unroll
+    for (int d = 16; d; d >>= 1) z += __shfl_xor_sync(all, z, d);
+  }
+  uint32_t kept = 1u; /* bit g: run g competes (one run: bit 0) */
+  if (r.groups > 1) {
+    float gv = 0.0f;
+    if (lane < r.groups) { /* the run's two best, as the CPU picks them */
+      int b1 = -1, b2 = -1;
+      float v1 = 0.0f, v2 = 0.0f;
+      for (int e = lane * run; e < (lane + 1) * run; e++) {
+        const float c = score(e);
+        if (b1 < 0 || ranks_before(c, e, v1, b1)) b2 = b1, v2 = v1, b1 = e, v1 = c;
+        else if (b2 < 0 || ranks_before(c, e, v2, b2)) b2 = e, v2 = c;
+      }
+      gv = b2 < 0 ? v1 : v1 + v2;
+    }
+    kept = 0u;
+    for (int j = 0; j < r.top_groups; j++) {
+      float v = gv;
+      int i = lane < r.groups && !(kept >> lane & 1u) ? lane : -1;
+      warp_first(v, i);
+      kept |= 1u << i;
+    }
+  }
+  uint64_t taken = 0; /* bit q: expert lane + 32 q chosen */
+  int id = -1;        /* lane j < top_k: the j-th */
+  for (int j = 0; j < k; j++) {
+    float v = 0.0f;
+    int i = -1;
+    for (int q = 0, e = lane; e < experts; q++, e += 32) {
+      if ((taken >> q & 1u) || !(kept >> (e / run) & 1u)) continue;
+      const float c = score(e);
+      if (i < 0 || ranks_before(c, e, v, i)) v = c, i = e;
+    }
+    warp_first(v, i);
+    if (i % 32 == lane) taken |= 1ull << (i / 32);
+    if (lane == j) id = i;
+  }
+  const float w = lane < k ? (r.sigmoid ? sig(id) : expf(as_float(x[id]) - hi) / z) : 0.0f;
+  float sum = 0.0f;
+  for (int j = 0; j < k; j++) sum += __shfl_sync(all, w, j);
+  if (r.renormalize && r.sigmoid) sum += 1e-20f;
+  if (lane < k) {
+    const float v = r.renormalize ? w / sum : w;
+    r.ids[t * k + lane] = id;
+    r.weights[t * k + lane] = r.scale == 1.0f ? v : v * r.scale;
+  }
+  pdl_launch_dependents();
+}
+
 }  // namespace
 
 extern "C" nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_t stream) {
@@ -162,6 +265,19 @@ extern "C" nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_
       s->experts > NVFP4_MOE_MAX_EXPERTS)
     return NVFP4_ERR_INVALID;
   const cudaError_t e = launch_pdl(moe_sort_kernel, 1u, SORT_LANES, (int)(s->experts * sizeof(int)), stream, *s);
+  return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}
+
+extern "C" nvfp4_status nvfp4_moe_route_cuda(const nvfp4_moe_route *r, cudaStream_t stream) {
+  if (!nvfp4_moe_route_ok(r)) return NVFP4_ERR_INVALID;
+  if (r->tokens == 0) return NVFP4_OK;
+  const unsigned ctas = (unsigned)((r->tokens + ROUTE_WARPS - 1) / ROUTE_WARPS);
+  cudaError_t e;
+  switch (r->logits_type) {
+    case NVFP4_F32: e = launch_pdl(moe_route_kernel<float>, ctas, 32 * ROUTE_WARPS, 0, stream, *r); break;
+    case NVFP4_F16: e = launch_pdl(moe_route_kernel<__half>, ctas, 32 * ROUTE_WARPS, 0, stream, *r); break;
+    default: e = launch_pdl(moe_route_kernel<__nv_bfloat16>, ctas, 32 * ROUTE_WARPS, 0, stream, *r); break;
+  }
   return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
 }
 
