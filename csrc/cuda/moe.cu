@@ -162,10 +162,6 @@ bool float_type(int32_t t) { return t == NVFP4_F32 || t == NVFP4_F16 || t == NVF
 /* ---- routing: a warp per token (nvfp4.h's definition; csrc/cpu/moe.c) */
 constexpr int ROUTE_WARPS = 4;
 
-__device__ __forceinline__ float as_float(float v) { return v; }
-__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 /* nvfp4.h's ranking: a before b where larger, or equal with the lower index;
  * NaN after every number */
 __device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
@@ -196,18 +192,18 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4
   const int64_t t = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
   if (t >= r.tokens) return;
   const T *x = static_cast<const T *>(r.logits) + t * experts;
-  auto sig = [&](int e) { return 1.0f / (1.0f + expf(-as_float(x[e]))); };
+  auto sig = [&](int e) { return 1.0f / (1.0f + expf(-to_float(x[e]))); };
   auto score = [&](int e) {
-    if (!r.sigmoid) return as_float(x[e]);
+    if (!r.sigmoid) return to_float(x[e]);
     const float s = sig(e);
     return r.bias ? s + r.bias[e] : s;
   };
   float hi = -INFINITY, z = 0.0f;
   if (!r.sigmoid) {
-    for (int e = lane; e < experts; e += 32) hi = fmaxf(hi, as_float(x[e]));
+    for (int e = lane; e < experts; e += 32) hi = fmaxf(hi, to_float(x[e]));
 #pragma unroll
     for (int d = 16; d; d >>= 1) hi = fmaxf(hi, __shfl_xor_sync(all, hi, d));
-    for (int e = lane; e < experts; e += 32) z += expf(as_float(x[e]) - hi);
+    for (int e = lane; e < experts; e += 32) z += expf(to_float(x[e]) - hi);
 #pragma unroll
     for (int d = 16; d; d >>= 1) z += __shfl_xor_sync(all, z, d);
   }
@@ -246,7 +242,7 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4
     if (i % 32 == lane) taken |= 1ull << (i / 32);
     if (lane == j) id = i;
   }
-  const float w = lane < k ? (r.sigmoid ? sig(id) : expf(as_float(x[id]) - hi) / z) : 0.0f;
+  const float w = lane < k ? (r.sigmoid ? sig(id) : expf(to_float(x[id]) - hi) / z) : 0.0f;
   float sum = 0.0f;
   for (int j = 0; j < k; j++) sum += __shfl_sync(all, w, j);
   if (r.renormalize && r.sigmoid) sum += 1e-20f;
