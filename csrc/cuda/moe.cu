@@ -180,33 +180,40 @@ __device__ __forceinline__ void warp_first(float &v, int &i) {
   }
 }
 
-/* Lane e % 32 owns expert e. Softmax: the max and the sum of exp(x - max) by
- * lane partials and a butterfly; sigmoid groups: lane g scores run g; then
- * top_k rounds, each a search of the open experts and a warp-wide first;
- * lane j keeps the j-th, and the weights' sum is taken in rank order. */
+/* Lane e % 32 owns expert e. Its scores (logits for softmax, sigmoid + bias
+ * for groups) are computed once, coalesced, into the warp's shared row
+ * (padded a word per 32 so a lane per run reads distinct banks); softmax
+ * takes the max and the sum of exp(x - max) by lane partials and a
+ * butterfly; sigmoid groups: lane g scores run g by its two best; then top_k
+ * rounds, each a search of the open experts and a warp-wide first; lane j
+ * keeps the j-th, and the weights' sum is taken in rank order. */
+__host__ __device__ __forceinline__ int route_slot(int e) { return e + e / 32; }
+
 template <typename T>
 __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4_moe_route r) {
+  extern __shared__ float route_rows[];
   pdl_wait();
   const unsigned all = 0xFFFFFFFFu;
   const int lane = threadIdx.x % 32, experts = (int)r.experts, k = (int)r.top_k, run = experts / (int)r.groups;
   const int64_t t = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
   if (t >= r.tokens) return;
   const T *x = static_cast<const T *>(r.logits) + t * experts;
-  auto sig = [&](int e) { return 1.0f / (1.0f + expf(-to_float(x[e]))); };
-  auto score = [&](int e) {
-    if (!r.sigmoid) return to_float(x[e]);
-    const float s = sig(e);
-    return r.bias ? s + r.bias[e] : s;
-  };
+  float *score = route_rows + threadIdx.x / 32 * route_slot(experts);
+  auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
   float hi = -INFINITY, z = 0.0f;
+  for (int e = lane; e < experts; e += 32) {
+    const float v = to_float(x[e]);
+    hi = fmaxf(hi, v);
+    score[route_slot(e)] = !r.sigmoid ? v : r.bias ? sig(v) + r.bias[e] : sig(v);
+  }
   if (!r.sigmoid) {
-    for (int e = lane; e < experts; e += 32) hi = fmaxf(hi, to_float(x[e]));
 #pragma unroll
     for (int d = 16; d; d >>= 1) hi = fmaxf(hi, __shfl_xor_sync(all, hi, d));
-    for (int e = lane; e < experts; e += 32) z += expf(to_float(x[e]) - hi);
+    for (int e = lane; e < experts; e += 32) z += expf(score[route_slot(e)] - hi);
 #pragma unroll
     for (int d = 16; d; d >>= 1) z += __shfl_xor_sync(all, z, d);
   }
+  __syncwarp();
   uint32_t kept = 1u; /* bit g: run g competes (one run: bit 0) */
   if (r.groups > 1) {
     float gv = 0.0f;
@@ -214,7 +221,7 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4
       int b1 = -1, b2 = -1;
       float v1 = 0.0f, v2 = 0.0f;
       for (int e = lane * run; e < (lane + 1) * run; e++) {
-        const float c = score(e);
+        const float c = score[route_slot(e)];
         if (b1 < 0 || ranks_before(c, e, v1, b1)) b2 = b1, v2 = v1, b1 = e, v1 = c;
         else if (b2 < 0 || ranks_before(c, e, v2, b2)) b2 = e, v2 = c;
       }
@@ -235,14 +242,14 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4
     int i = -1;
     for (int q = 0, e = lane; e < experts; q++, e += 32) {
       if ((taken >> q & 1u) || !(kept >> (e / run) & 1u)) continue;
-      const float c = score(e);
+      const float c = score[route_slot(e)];
       if (i < 0 || ranks_before(c, e, v, i)) v = c, i = e;
     }
     warp_first(v, i);
     if (i % 32 == lane) taken |= 1ull << (i / 32);
     if (lane == j) id = i;
   }
-  const float w = lane < k ? (r.sigmoid ? sig(id) : expf(to_float(x[id]) - hi) / z) : 0.0f;
+  const float w = lane < k ? (r.sigmoid ? sig(to_float(x[id])) : expf(to_float(x[id]) - hi) / z) : 0.0f;
   float sum = 0.0f;
   for (int j = 0; j < k; j++) sum += __shfl_sync(all, w, j);
   if (r.renormalize && r.sigmoid) sum += 1e-20f;
@@ -268,11 +275,12 @@ extern "C" nvfp4_status nvfp4_moe_route_cuda(const nvfp4_moe_route *r, cudaStrea
   if (!nvfp4_moe_route_ok(r)) return NVFP4_ERR_INVALID;
   if (r->tokens == 0) return NVFP4_OK;
   const unsigned ctas = (unsigned)((r->tokens + ROUTE_WARPS - 1) / ROUTE_WARPS);
+  const int smem = ROUTE_WARPS * route_slot((int)r->experts) * (int)sizeof(float);
   cudaError_t e;
   switch (r->logits_type) {
-    case NVFP4_F32: e = launch_pdl(moe_route_kernel<float>, ctas, 32 * ROUTE_WARPS, 0, stream, *r); break;
-    case NVFP4_F16: e = launch_pdl(moe_route_kernel<__half>, ctas, 32 * ROUTE_WARPS, 0, stream, *r); break;
-    default: e = launch_pdl(moe_route_kernel<__nv_bfloat16>, ctas, 32 * ROUTE_WARPS, 0, stream, *r); break;
+    case NVFP4_F32: e = launch_pdl(moe_route_kernel<float>, ctas, 32 * ROUTE_WARPS, smem, stream, *r); break;
+    case NVFP4_F16: e = launch_pdl(moe_route_kernel<__half>, ctas, 32 * ROUTE_WARPS, smem, stream, *r); break;
+    default: e = launch_pdl(moe_route_kernel<__nv_bfloat16>, ctas, 32 * ROUTE_WARPS, smem, stream, *r); break;
   }
   return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
 }
