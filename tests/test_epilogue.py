@@ -237,11 +237,11 @@ def test_bad_epilogue_arguments(gen):
         nk.gemm_w4a16(x.requires_grad_(), b.data, b.sf)
 
 
-@pytest.mark.parametrize("m", [1, 3, 8, 9])
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17])
 def test_w4a16_decode(device, gen, m):
-    """Decode sizes: on a GPU, M <= 8 with K % 128 == 0 takes the GEMV kernel (8 warps share K, loads
-    straight into registers, the warps' sums added at the end); 9 rows, K % 128 == 64, or a dual whose
-    two scale layouts differ, the 16-row tiles. All against the reference into poisoned outputs, a bias
+    """Decode sizes: on a GPU, M <= 16 with K % 128 == 0 takes the GEMV kernel (8 warps share K, loads
+    straight into registers, one or two n8 tiles of rows, the warps' sums added at the end); 17 rows,
+    K % 128 == 64, or a dual whose two scale layouts differ, the tiled kernels. All against the reference into poisoned outputs, a bias
     and a negative alpha."""
     for n, k in ((300, 4096), (7, 1088), (33, 128)):
         b = random_operand(None, n, k, gen=gen, device=device, layout="linear")
@@ -250,12 +250,12 @@ def test_w4a16_decode(device, gen, m):
             x = activations((m, k), x_dtype, gen, device)
             if device == "cuda" and not FORCED:
                 name = nk.kernel_name("gemm_w4a16", x, b.data, b.sf)
-                assert ("GEMV" in name) == (m <= 8 and k % 128 == 0), name
+                assert ("GEMV" in name) == (m <= 16 and k % 128 == 0), name
             out = poisoned((m, n), device, x_dtype)
             nk.gemm_w4a16(x, b.data, b.sf, alpha=-1.5, bias=bias, out=out)
             assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias), f"w4a16 {m}x{n}x{k} {x_dtype}",
                            slack=w4a16_slack(x, b.data, b.sf, -1.5))
-    # duals: two matrices in one scale layout (the GEMV where M <= 8), or in two (the 16-row tiles)
+    # duals: two matrices in one scale layout (the GEMV where M <= 16), or in two (the tiled kernels)
     x = activations((m, 4096), torch.bfloat16, gen, device)
     b1 = random_operand(None, 300, 4096, gen=gen, device=device, layout="blocked")
     for layout in ("blocked", "linear"):
@@ -263,7 +263,7 @@ def test_w4a16_decode(device, gen, m):
         args = (x, b1.data, b2.data, b1.sf, b2.sf)
         if device == "cuda" and not FORCED:
             name = nk.kernel_name("dual_gemm_w4a16", *args)
-            assert ("GEMV" in name) == (m <= 8 and layout == "blocked"), name
+            assert ("GEMV" in name) == (m <= 16 and layout == "blocked"), name
         out = poisoned((m, 300), device, torch.bfloat16)
         nk.dual_gemm_w4a16(*args, alpha1=0.5, alpha2=-2.0, out=out)
         assert_matches(out, reference.dual_gemm_w4a16(*args, 0.5, -2.0), f"dual w4a16 {m} x 300 x 4096 {layout}",

@@ -55,13 +55,15 @@ CASES = {
               ("w4a16dual", None, 8, 129, 512, ("linear", "linear")), ("w4a16dual", 2, 200, 96, 64, ("linear", "blocked")),
               # 512 and 544 tiles of 64 x 128: the cp.async kernel of 128-column tiles (fp16, bf16 activations)
               ("w4a16", None, 1024, 4096, 1024, ("linear", "linear")), ("w4a16+", None, 1025, 4096, 1024, ("linear", "blocked")),
-              # few tiles: CTAs share a tile's K (split-K 8 of 16-row tiles; 4 of a dual; 5 of 64-row tiles, batched)
-              ("w4a16", None, 3, 300, 4096, ("linear", "linear")), ("w4a16dual", None, 16, 200, 2048, ("linear", "blocked")),
+              # few tiles: CTAs share a tile's K (K % 128 == 64: 16-row tiles, split 8; a dual's 4; 64-row tiles
+              # split 5, batched)
+              ("w4a16", None, 3, 300, 4032, ("linear", "linear")), ("w4a16dual", None, 16, 200, 2112, ("linear", "blocked")),
               ("w4a16+", 2, 40, 129, 3008, ("linear", "linear")),
-              # M <= 8, K % 128 == 0: the GEMV kernel (8 warps share K), split-K 4 batched with blocked scales; a
-              # dual split 2; K % 128 == 64 stays on the 16-row tiles
-              ("w4a16+", 2, 7, 129, 8192, ("linear", "blocked")), ("w4a16dual", 2, 1, 300, 4096, ("blocked", "blocked")),
-              ("w4a16", None, 2, 129, 1088, ("linear", "linear"))],
+              # M <= 16, K % 128 == 0: the GEMV kernel (8 warps share K; 8 or 16 rows a tile), split-K batched with
+              # blocked scales; duals split; K % 128 == 64 stays on the 16-row tiles
+              ("w4a16", None, 3, 300, 4096, ("linear", "linear")), ("w4a16+", 2, 7, 129, 8192, ("linear", "blocked")),
+              ("w4a16+", 2, 13, 129, 8192, ("linear", "blocked")), ("w4a16dual", 2, 1, 300, 4096, ("blocked", "blocked")),
+              ("w4a16dual", None, 16, 200, 2048, ("linear", "blocked")), ("w4a16", None, 2, 129, 1088, ("linear", "linear"))],
 }
 # The epilogue's variants ("+": bf16 out, alphas as device tensors, a bias) on every kernel's first shapes.
 for _kernel, _cases in CASES.items():

@@ -31,7 +31,7 @@
  * sizes are fixed; a last partial step computes them): ~4.5 (fp16) to ~5
  * (bf16) instructions per mma. At M <= 8 (one n8 tile, MW = 1, bf16) a
  * step is ~230 instructions a warp for 1024 weights: issue, not DRAM, bounds
- * a decode call (docs/PERF.md); the GEMV kernel (below) takes those calls.
+ * a decode call (docs/PERF.md); the GEMV kernel (below) takes M <= 16.
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -556,26 +556,32 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   store_tiles<DUAL, BF16, MW, NT>(p, l, m0, m_end, n0 + (DUAL ? 16 * warp : 16 * MW * warp), tiles, nt, g, tq, acc);
 }
 
-/* ---- decode: the GEMV kernel. Every M <= 8, K % 128 == 0 and the fast
+/* ---- decode: the GEMV kernel. Every M <= 16, K % 128 == 0 and the fast
  * path's alignment (a dual: both scale layouts alike, one step between a
  * row's scales); not rows grouped by expert. A CTA = GEMV_WARPS warps on
- * one tile of <= 8 activation rows (one n8 tile) x 16 output columns. Warp w
- * takes the CTA's K steps of 128 w, w + GEMV_WARPS, ... (the warps read a
- * row's bytes side by side) of the tile's 16 weight rows (a dual: of W1's and
- * W2's, MW = 2 m16 tiles against one activation fragment), loaded from global
- * memory straight into registers, weights GEMV_DEPTH / MW steps ahead and
- * activations (L2 hits) one: no shared memory, no barrier and no copy
- * bookkeeping in the loop, ~270 instructions a warp, step of 128 and m16 tile
- * (bf16; ~210 fp16), 0.13 a weight, where the 16-row kernel takes ~230 a step
- * of 64 (0.22; both from the SASS, sm_90a). Thread t of a quad loads 16 bytes
- * of each of its weight rows g, g + 8 (scale blocks 2t and 2t + 1 of the
- * step), their 2 scale bytes, and row g's 64 values of those blocks (4 x 16
- * bytes, none past the rows). Each 64-value half h then runs as mma_step's K
- * order with thread t on block 2t + h. The warps' sums meet in shared memory
- * (added in warp order: deterministic) and warp 0 runs the epilogue
- * (silu(W1's) * W2's for a dual), or writes the split tile's partial. Speed of
- * light as the file's. */
-constexpr int GEMV_WARPS = 8, GEMV_THREADS = 32 * GEMV_WARPS, GEMV_STEP = 128, GEMV_DEPTH = 4;
+ * one tile of <= 8 NT activation rows (NT n8 tiles: 1 to M = 8, else 2) x 16
+ * output columns. Warp w takes the CTA's K steps of 128 w, w + GEMV_WARPS,
+ * ... (the warps read a row's bytes side by side) of the tile's 16 weight
+ * rows (a dual: of W1's and W2's, MW = 2 m16 tiles), each decoded once for
+ * all NT activation fragments, loaded from global memory straight into
+ * registers, weights 2 or 4 steps ahead (gemv_depth) and activations (L2
+ * hits) a step (NT = 1) or half a step (NT = 2) ahead, 32 registers either way:
+ * no shared memory, no barrier and no copy bookkeeping in the loop, ~270
+ * instructions a warp, step of 128 and m16 tile (bf16, NT = 1; ~210 fp16),
+ * 0.13 a weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both
+ * from the SASS, sm_90a). Thread t of a quad loads 16 bytes of each of its
+ * weight rows g, g + 8 (scale blocks 2t and 2t + 1 of the step), their 2
+ * scale bytes, and rows g (g + 8)'s 64 values of those blocks (4 x 16 bytes,
+ * none past the rows). Each 64-value half h then runs as mma_step's K order
+ * with thread t on block 2t + h. The warps' sums meet in shared memory (added
+ * in warp order: deterministic) and warp 0 runs the epilogue (silu(W1's) *
+ * W2's for a dual), or writes the split tile's partial. Speed of light as the
+ * file's. */
+constexpr int GEMV_WARPS = 8, GEMV_THREADS = 32 * GEMV_WARPS, GEMV_STEP = 128;
+
+/* steps of weights in flight a warp: 4 m16 tiles' worth (one matrix, NT = 1),
+ * never fewer than 2 */
+constexpr int gemv_depth(int mw, int nt) { return mw * nt >= 2 ? 2 : 4; }
 
 template <int MW>
 struct GemvWeights {
@@ -583,11 +589,13 @@ struct GemvWeights {
   uint32_t sf[MW][2]; /* their scale bytes of blocks 2t, 2t + 1 */
 };
 
-template <bool DUAL, bool BF16>
+template <bool DUAL, bool BF16, int NT>
 __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
                                                                       const Split sp) {
-  constexpr int MW = DUAL ? 2 : 1, ACC = MW * 4 * 32, DEPTH = GEMV_DEPTH / MW; /* weights' steps ahead */
-  __shared__ float sums[GEMV_WARPS][MW * 4][32];
+  constexpr int MW = DUAL ? 2 : 1, ACC = MW * NT * 4 * 32, DEPTH = gemv_depth(MW, NT);
+  constexpr int XC = 4 / NT; /* 16-byte chunks of a row an activation buffer holds: a step, or half of one */
+  static_assert(DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
+  __shared__ float sums[GEMV_WARPS][MW * NT * 4][32];
   __shared__ int last_part;
   pdl_wait(); /* common.cuh: nothing global is touched before this */
 
@@ -595,8 +603,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
   const int part = blockIdx.x % sp.split;
   int64_t tile = tile_id;
   const nvfp4_matmul &p = t.p[table_find(t, tile)];
-  const int64_t tiles_n = (p.n + 15) / 16, n0 = tile % tiles_n * 16, tiles_m = (p.m + 7) / 8;
-  const int64_t l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * 8, m_end = p.m;
+  const int64_t tiles_n = (p.n + 15) / 16, n0 = tile % tiles_n * 16, tiles_m = (p.m + 8 * NT - 1) / (8 * NT);
+  const int64_t l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * 8 * NT, m_end = p.m;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   /* of the CTA's steps [k0, k1), the warp's: k0 + warp + GEMV_WARPS i, i < n */
   const int64_t all_steps = p.k / GEMV_STEP, k0 = all_steps * part / sp.split,
@@ -620,9 +628,15 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
                      (k0 + warp) * 2 * sf_unit + tq / 2 * sf_unit + 2 * (tq % 2);
     }
   }
-  const bool x_ok = m0 + g < m_end;
-  const uint8_t *x_src =
-      p.a.data + l * p.a.batch_stride + (x_ok ? m0 + g : 0) * p.a.row_stride + (k0 + warp) * (2 * GEMV_STEP) + 64 * tq;
+  bool x_ok[NT];
+  const uint8_t *x_src[NT];
+#pragma unroll
+  for (int j = 0; j < NT; j++) {
+    const int64_t row = m0 + g + 8 * j;
+    x_ok[j] = row < m_end;
+    x_src[j] = p.a.data + l * p.a.batch_stride + (x_ok[j] ? row : 0) * p.a.row_stride +
+               (k0 + warp) * (2 * GEMV_STEP) + 64 * tq;
+  }
   constexpr int64_t W_STEP = GEMV_WARPS * GEMV_STEP / 2, X_STEP = GEMV_WARPS * 2 * GEMV_STEP;
   const int64_t sf_step = GEMV_WARPS * 2 * sf_unit;
 
@@ -636,49 +650,65 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
         s.sf[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step)) : 0u;
       }
   };
-  auto load_x = [&](uint4 (&x)[4], int i) {
+  /* chunks c0 .. c0 + XC - 1 of each row's 64 bytes of step i (chunks 2h, 2h + 1: block 2 tq + h) */
+  auto load_x = [&](uint4 (&x)[NT][XC], int i, int c0) {
 #pragma unroll
-    for (int c = 0; c < 4; c++)
-      x[c] = x_ok ? __ldg(reinterpret_cast<const uint4 *>(x_src + i * X_STEP) + c) : make_uint4(0u, 0u, 0u, 0u);
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+      for (int c = 0; c < XC; c++)
+        x[j][c] = x_ok[j] ? __ldg(reinterpret_cast<const uint4 *>(x_src[j] + i * X_STEP) + c0 + c)
+                          : make_uint4(0u, 0u, 0u, 0u);
   };
-  float acc[MW][1][4] = {};
-  auto compute = [&](const GemvWeights<MW> &s, const uint4 (&x)[4]) {
+  float acc[MW][NT][4] = {};
+  /* block 2 tq + h, its activations at chunks c0, c0 + 1 of x */
+  auto compute = [&](const GemvWeights<MW> &s, int h, const uint4 (&x)[NT][XC], int c0) {
+    uint32_t bx[NT][4], by[NT][4];
 #pragma unroll
-    for (int h = 0; h < 2; h++) { /* block 2 tq + h */
-      uint32_t bx[4], by[4];
-      nvfp4_act16_words(x[2 * h], bx);
-      nvfp4_act16_words(x[2 * h + 1], by);
+    for (int j = 0; j < NT; j++) {
+      nvfp4_act16_words(x[j][c0], bx[j]);
+      nvfp4_act16_words(x[j][c0 + 1], by[j]);
+    }
 #pragma unroll
-      for (int q = 0; q < MW; q++) {
-        uint32_t fa[4][4];
-        const uint4 r0 = s.w[q][0], r8 = s.w[q][1];
-        const uint2 v0 = h ? make_uint2(r0.z, r0.w) : make_uint2(r0.x, r0.y);
-        const uint2 v1 = h ? make_uint2(r8.z, r8.w) : make_uint2(r8.x, r8.y);
-        const uint32_t sb = prmt(s.sf[q][0], s.sf[q][1], h ? 0x51u : 0x40u); /* row g's byte h low, g + 8's */
-        if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa);
-        else nvfp4_wgmma_a_fragments(v0, v1, sb, fa);
+    for (int q = 0; q < MW; q++) {
+      uint32_t fa[4][4];
+      const uint4 r0 = s.w[q][0], r8 = s.w[q][1];
+      const uint2 v0 = h ? make_uint2(r0.z, r0.w) : make_uint2(r0.x, r0.y);
+      const uint2 v1 = h ? make_uint2(r8.z, r8.w) : make_uint2(r8.x, r8.y);
+      const uint32_t sb = prmt(s.sf[q][0], s.sf[q][1], h ? 0x51u : 0x40u); /* row g's byte h low, g + 8's */
+      if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa);
+      else nvfp4_wgmma_a_fragments(v0, v1, sb, fa);
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-          if (BF16) mma_16816_bf16(acc[q][0], fa[k], bx[k], by[k]);
-          else mma_16816(acc[q][0], fa[k], bx[k], by[k]);
+      for (int k = 0; k < 4; k++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+          if (BF16) mma_16816_bf16(acc[q][j], fa[k], bx[j][k], by[j][k]);
+          else mma_16816(acc[q][j], fa[k], bx[j][k], by[j][k]);
         }
-      }
     }
   };
-  /* weights DEPTH steps ahead, activations (L2 hits) one */
-  static_assert(DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
+  /* weights DEPTH steps ahead; activations one buffer ahead: NT = 1 the next
+   * step (buffer = step % 2), NT = 2 the next half (buffer = half) */
   GemvWeights<MW> ring[DEPTH];
-  uint4 xs[2][4];
+  uint4 xs[2][NT][XC];
 #pragma unroll
   for (int d = 0; d < DEPTH; d++)
     if (d < n) load_w(ring[d], d);
-  if (n > 0) load_x(xs[0], 0);
+  if (n > 0) load_x(xs[0], 0, 0);
   for (int i = 0; i < n; i += DEPTH) {
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
       if (i + d < n) {
-        if (i + d + 1 < n) load_x(xs[(d + 1) % 2], i + d + 1);
-        compute(ring[d], xs[d % 2]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          if constexpr (NT == 1) {
+            if (h == 0 && i + d + 1 < n) load_x(xs[(d + 1) % 2], i + d + 1, 0);
+            compute(ring[d], h, xs[d % 2], 2 * h);
+          } else {
+            if (h == 0) load_x(xs[1], i + d, 2);
+            else if (i + d + 1 < n) load_x(xs[0], i + d + 1, 0);
+            compute(ring[d], h, xs[h], 0);
+          }
+        }
         if (i + d + DEPTH < n) load_w(ring[d], i + d + DEPTH);
       }
   }
@@ -689,7 +719,9 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
 #pragma unroll
     for (int q = 0; q < MW; q++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) sums[warp][q * 4 + e][lane] = acc[q][0][e];
+      for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sums[warp][(q * NT + j) * 4 + e][lane] = acc[q][j][e];
   __syncthreads();
   if (warp > 0) return;
 #pragma unroll
@@ -697,17 +729,21 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
 #pragma unroll
     for (int q = 0; q < MW; q++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) acc[q][0][e] += sums[w][q * 4 + e][lane];
+      for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[q][j][e] += sums[w][(q * NT + j) * 4 + e][lane];
   if (sp.split > 1) {
     auto each = [&](auto &&fn) {
 #pragma unroll
       for (int q = 0; q < MW; q++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) fn(acc[q][0][e], (q * 4 + e) * 32);
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) fn(acc[q][j][e], ((q * NT + j) * 4 + e) * 32);
     };
     if (!split_sum<32, ACC>(sp, tile_id, part, lane, last_part, each)) return;
   }
-  store_tiles<DUAL, BF16, MW, 1>(p, l, m0, m_end, n0, (1u << MW) - 1, 1, g, tq, acc);
+  store_tiles<DUAL, BF16, MW, NT>(p, l, m0, m_end, n0, (1u << MW) - 1, m_end - m0 > 8 ? NT : 1, g, tq, acc);
 }
 
 /* Every copy of a problem one cp.async: activation and weight rows 16-byte
@@ -716,15 +752,15 @@ bool fast_ok(const nvfp4_matmul &p) {
   return rows_aligned(p.a, 16) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 
-/* A launch's kernel: dual, bf16 activations, the fast path, m16 tiles per
- * warp, activation rows per tile (8: the GEMV kernel); and how many CTAs share
- * a tile's K. */
+/* A launch's kernel: dual, bf16 activations, the fast path, the GEMV kernel,
+ * m16 tiles per warp, activation rows per tile; and how many CTAs share a
+ * tile's K. */
 struct Config {
-  bool dual, bf16, fast;
+  bool dual, bf16, fast, gemv;
   int mw, tm, split;
 };
 
-int tile_n(const Config &c) { return c.tm == 8 ? 16 : c.dual ? 64 : 64 * c.mw; }
+int tile_n(const Config &c) { return c.gemv ? 16 : c.dual ? 64 : 64 * c.mw; }
 
 /* A problem's tiles of TM rows; rows grouped by expert: a bound (expert_tile). */
 int64_t row_tiles(const nvfp4_matmul &p, int tm) {
@@ -758,14 +794,17 @@ Entry entry(const Config &c) {
   return c.mw == 1 ? entry<false, BF16, true, 1, TM>() : entry<false, BF16, true, 2, TM>();
 }
 
+template <bool DUAL, bool BF16>
+Entry gemv_entry(const Config &c) {
+  return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 1>)
+                    : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 2>),
+          0, GEMV_THREADS};
+}
+
 Entry entry_of(const Config &c) {
-  if (c.tm == 8) {
-    const void *fn = c.dual ? (c.bf16 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<true, true>)
-                                      : reinterpret_cast<const void *>(w4a16_kernel_gemv<true, false>))
-                            : (c.bf16 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<false, true>)
-                                      : reinterpret_cast<const void *>(w4a16_kernel_gemv<false, false>));
-    return {fn, 0, GEMV_THREADS};
-  }
+  if (c.gemv)
+    return c.dual ? (c.bf16 ? gemv_entry<true, true>(c) : gemv_entry<true, false>(c))
+                  : (c.bf16 ? gemv_entry<false, true>(c) : gemv_entry<false, false>(c));
   if (c.tm == 16) return c.bf16 ? entry<true, 16>(c) : entry<false, 16>(c);
   return c.bf16 ? entry<true, 64>(c) : entry<false, 64>(c);
 }
@@ -774,11 +813,11 @@ Entry entry_of(const Config &c) {
  * and shared memory: an sm_86 / sm_89 holds fewer than an A100 or H100),
  * asked once per device and configuration; 1 where the runtime cannot say. */
 int ctas_per_sm(const Config &c) {
-  static int cache[64][64] = {};
+  static int cache[64][128] = {};
   const DeviceInfo &dev = device_info();
   if (dev.id < 0 || dev.id >= 64) return 1;
   const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0) |
-                  (c.tm == 8 ? 32 : 0);
+                  (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0);
   int &n = cache[dev.id][key];
   if (!n) {
     const Entry k = entry_of(c);
@@ -793,7 +832,7 @@ int ctas_per_sm(const Config &c) {
 }
 
 /* problems[0, count) share a_type. Rules of thumb, not measured yet:
- * - the GEMV kernel where every M is at most 8, K % 128 == 0, the fast
+ * - the GEMV kernel where every M is at most 16 (8 rows a tile to 8), K % 128 == 0, the fast
  *   path's alignment and a dual's two scale layouts alike (not rows grouped
  *   by expert: CTAs that scanned the offsets, then ran 4 column tiles in
  *   turn, took 1.2-1.5x the 16-row kernel's time on DeepSeek-V3 and Qwen3 MoE
@@ -809,20 +848,22 @@ int ctas_per_sm(const Config &c) {
  *   each at least 8 steps of 64: a small M streams its weights through every
  *   SM. */
 Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
-  Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, 2, 16, 1};
+  Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, false, 2, 16, 1};
   int64_t min_steps = INT64_MAX;
   bool gemv = true;
+  int gemv_rows = 8;
   for (int g = 0; g < count; g++) {
     const nvfp4_matmul &p = problems[g];
     c.fast = c.fast && fast_ok(p);
     if (p.offs ? p.m > 16 * p.batch : p.m > 16) c.tm = 64;
-    gemv = gemv && !p.offs && p.m <= 8 && p.k % GEMV_STEP == 0 && (!p.b2.data || p.b2.sf_layout == p.b.sf_layout);
+    gemv = gemv && !p.offs && p.m <= 16 && p.k % GEMV_STEP == 0 && (!p.b2.data || p.b2.sf_layout == p.b.sf_layout);
+    if (p.m > 8) gemv_rows = 16;
     if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
   }
   const int sms = device_info().sms;
   if (gemv && c.fast) { /* as below; each warp of a split CTA at least 2 steps of 128 */
-    c.tm = 8, c.mw = c.dual ? 2 : 1;
-    const int64_t tiles = count_tiles(problems, count, 8, 16), slots = (int64_t)ctas_per_sm(c) * sms;
+    c.gemv = true, c.tm = gemv_rows, c.mw = c.dual ? 2 : 1;
+    const int64_t tiles = count_tiles(problems, count, c.tm, 16), slots = (int64_t)ctas_per_sm(c) * sms;
     if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
       c.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots / tiles, min_steps / (4 * GEMV_WARPS)}));
     return c;
@@ -836,7 +877,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
 
 /* The workspace of a split launch: the partials, then a ticket per tile. */
 size_t partial_bytes(const Config &c, int64_t tiles) {
-  const int acc = c.tm == 8 ? (c.dual ? 2 : 1) * 4 * 32 : (c.dual ? 2 : c.mw) * (c.tm / 8) * 4 * THREADS;
+  const int acc = (c.dual ? 2 : c.mw) * (c.tm / 8) * 4 * (c.gemv ? 32 : THREADS);
   return (size_t)tiles * c.split * acc * sizeof(float);
 }
 
@@ -926,6 +967,6 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, cha
   char split[24] = "";
   if (c.split > 1) std::snprintf(split, sizeof split, ", split-K %d", c.split);
   std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c),
-                c.tm == 8 ? ", GEMV (8 warps share K)" : "", split,
+                c.gemv ? ", GEMV (8 warps share K)" : "", split,
                 c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "");
 }
