@@ -162,27 +162,34 @@ bool float_type(int32_t t) { return t == NVFP4_F32 || t == NVFP4_F16 || t == NVF
 /* ---- routing: a warp per token (nvfp4.h's definition; csrc/cpu/moe.c) */
 constexpr int ROUTE_WARPS = 4;
 
-/* nvfp4.h's ranking: a before b where larger, or equal with the lower index;
- * NaN after every number */
-__device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
-  if (a != a) return b != b && ia < ib;
-  if (b != b) return true;
-  return a > b || (a == b && ia < ib);
+/* nvfp4.h's ranking as one unsigned order, the first the largest: a
+ * score's key (order-preserving bits, -0 as +0, NaN 0: after every number)
+ * above an index's complement (equal scores: the lower index first). 0: no
+ * candidate. */
+__device__ __forceinline__ uint32_t score_key(float f) {
+  if (f != f) return 0u;
+  const uint32_t u = __float_as_uint(f == 0.0f ? 0.0f : f);
+  return u >> 31 ? ~u : u | 0x80000000u;
 }
+__device__ __forceinline__ float key_score(uint32_t key) {
+  return key == 0u ? __uint_as_float(0x7FC00000u) : __uint_as_float(key >> 31 ? key & 0x7FFFFFFFu : ~key);
+}
+__device__ __forceinline__ uint64_t rank_of(uint32_t key, int i) { return (uint64_t)key << 32 | ~(uint32_t)i; }
+__device__ __forceinline__ int rank_index(uint64_t r) { return (int)~(uint32_t)r; }
 
-/* the first in rank order of the lanes' candidates (i < 0: a lane has none), on every lane */
-__device__ __forceinline__ void warp_first(float &v, int &i) {
+/* the first of the lanes' candidates, on every lane */
+__device__ __forceinline__ uint64_t warp_first(uint64_t r) {
 #pragma unroll
   for (int d = 16; d; d >>= 1) {
-    const float ov = __shfl_xor_sync(0xFFFFFFFFu, v, d);
-    const int oi = __shfl_xor_sync(0xFFFFFFFFu, i, d);
-    if (oi >= 0 && (i < 0 || ranks_before(ov, oi, v, i))) v = ov, i = oi;
+    const uint64_t o = __shfl_xor_sync(0xFFFFFFFFu, r, d);
+    r = o > r ? o : r;
   }
+  return r;
 }
 
 /* Lane e % 32 owns expert e. Its scores (logits for softmax, sigmoid + bias
- * for groups) are computed once, coalesced, into the warp's shared row
- * (padded a word per 32 so a lane per run reads distinct banks); softmax
+ * for groups) are computed once, coalesced, as keys into the warp's shared
+ * row (padded a word per 32 so a lane per run reads distinct banks); softmax
  * takes the max and the sum of exp(x - max) by lane partials and a
  * butterfly; sigmoid groups: lane g scores run g by its two best; then top_k
  * rounds, each a search of the open experts and a warp-wide first; lane j
@@ -191,61 +198,59 @@ __host__ __device__ __forceinline__ int route_slot(int e) { return e + e / 32; }
 
 template <typename T>
 __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4_moe_route r) {
-  extern __shared__ float route_rows[];
+  extern __shared__ uint32_t route_keys[];
   pdl_wait();
   const unsigned all = 0xFFFFFFFFu;
   const int lane = threadIdx.x % 32, experts = (int)r.experts, k = (int)r.top_k, run = experts / (int)r.groups;
   const int64_t t = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
   if (t >= r.tokens) return;
   const T *x = static_cast<const T *>(r.logits) + t * experts;
-  float *score = route_rows + threadIdx.x / 32 * route_slot(experts);
+  uint32_t *key = route_keys + threadIdx.x / 32 * route_slot(experts);
   auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
   float hi = -INFINITY, z = 0.0f;
   for (int e = lane; e < experts; e += 32) {
     const float v = to_float(x[e]);
     hi = fmaxf(hi, v);
-    score[route_slot(e)] = !r.sigmoid ? v : r.bias ? sig(v) + r.bias[e] : sig(v);
+    key[route_slot(e)] = score_key(!r.sigmoid ? v : r.bias ? sig(v) + r.bias[e] : sig(v));
   }
   if (!r.sigmoid) {
 #pragma unroll
     for (int d = 16; d; d >>= 1) hi = fmaxf(hi, __shfl_xor_sync(all, hi, d));
-    for (int e = lane; e < experts; e += 32) z += expf(score[route_slot(e)] - hi);
+    for (int e = lane; e < experts; e += 32) z += expf(to_float(x[e]) - hi);
 #pragma unroll
     for (int d = 16; d; d >>= 1) z += __shfl_xor_sync(all, z, d);
   }
   __syncwarp();
   uint32_t kept = 1u; /* bit g: run g competes (one run: bit 0) */
   if (r.groups > 1) {
-    float gv = 0.0f;
+    uint64_t gr = 0;
     if (lane < r.groups) { /* the run's two best, as the CPU picks them */
-      int b1 = -1, b2 = -1;
-      float v1 = 0.0f, v2 = 0.0f;
+      uint64_t b1 = 0, b2 = 0;
       for (int e = lane * run; e < (lane + 1) * run; e++) {
-        const float c = score[route_slot(e)];
-        if (b1 < 0 || ranks_before(c, e, v1, b1)) b2 = b1, v2 = v1, b1 = e, v1 = c;
-        else if (b2 < 0 || ranks_before(c, e, v2, b2)) b2 = e, v2 = c;
+        const uint64_t c = rank_of(key[route_slot(e)], e);
+        if (c > b1) b2 = b1, b1 = c;
+        else if (c > b2) b2 = c;
       }
-      gv = b2 < 0 ? v1 : v1 + v2;
+      const float v1 = key_score((uint32_t)(b1 >> 32));
+      gr = rank_of(score_key(run == 1 ? v1 : v1 + key_score((uint32_t)(b2 >> 32))), lane);
     }
     kept = 0u;
     for (int j = 0; j < r.top_groups; j++) {
-      float v = gv;
-      int i = lane < r.groups && !(kept >> lane & 1u) ? lane : -1;
-      warp_first(v, i);
-      kept |= 1u << i;
+      const int g = rank_index(warp_first(gr));
+      kept |= 1u << g;
+      if (lane == g) gr = 0;
     }
   }
   uint64_t taken = 0; /* bit q: expert lane + 32 q chosen */
   int id = -1;        /* lane j < top_k: the j-th */
   for (int j = 0; j < k; j++) {
-    float v = 0.0f;
-    int i = -1;
+    uint64_t best = 0;
     for (int q = 0, e = lane; e < experts; q++, e += 32) {
       if ((taken >> q & 1u) || !(kept >> (e / run) & 1u)) continue;
-      const float c = score[route_slot(e)];
-      if (i < 0 || ranks_before(c, e, v, i)) v = c, i = e;
+      const uint64_t c = rank_of(key[route_slot(e)], e);
+      best = c > best ? c : best;
     }
-    warp_first(v, i);
+    const int i = rank_index(warp_first(best));
     if (i % 32 == lane) taken |= 1ull << (i / 32);
     if (lane == j) id = i;
   }
@@ -275,7 +280,7 @@ extern "C" nvfp4_status nvfp4_moe_route_cuda(const nvfp4_moe_route *r, cudaStrea
   if (!nvfp4_moe_route_ok(r)) return NVFP4_ERR_INVALID;
   if (r->tokens == 0) return NVFP4_OK;
   const unsigned ctas = (unsigned)((r->tokens + ROUTE_WARPS - 1) / ROUTE_WARPS);
-  const int smem = ROUTE_WARPS * route_slot((int)r->experts) * (int)sizeof(float);
+  const int smem = ROUTE_WARPS * route_slot((int)r->experts) * (int)sizeof(uint32_t);
   cudaError_t e;
   switch (r->logits_type) {
     case NVFP4_F32: e = launch_pdl(moe_route_kernel<float>, ctas, 32 * ROUTE_WARPS, smem, stream, *r); break;
