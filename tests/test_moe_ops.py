@@ -44,8 +44,9 @@ def test_moe_route_matches_torch(device, gen, scoring, e, k, kw, dtype):
     """Random logits (no ties): the same experts in the same order as torch's topk, weights within a
     float32 rounding or two (exp and the sum's order)."""
     t = 37
-    if dtype == torch.float32:  # sigmoid: |x| small enough that the largest scores differ by more than exp's rounding
-        logits = torch.randn(t, e, generator=gen) * (3 if scoring == "softmax" else 1)
+    if dtype == torch.float32:  # permuted even steps: sigmoids of neighbours differ by far more than exp's rounding
+        grid = torch.linspace(-3, 3, e) * (3 if scoring == "softmax" else 1)
+        logits = torch.stack([grid[torch.randperm(e, generator=gen)] for _ in range(t)])
     else:  # distinct bf16 values (random ones tie often), 2^-6 <= |x| < 8: their sigmoids differ too
         grid = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
         grid = grid[(grid.float().abs() >= 2.0**-6) & (grid.float().abs() < 8)]
