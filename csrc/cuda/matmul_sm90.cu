@@ -53,8 +53,10 @@
  *
  * 16-bit activations (W4A16, AT = F16 or BF16; M >= 64, plan.cu). The
  * producer copies each K step's activation rows raw (128 bytes a row,
- * StageCopies16) and permutes them into the K order above with one prmt per
- * 32-bit word (produce16): the order w4a16.cu's fragments use. The consumers
+ * StageCopies16) and permutes them into the weight decoder's K order with one
+ * prmt per 32-bit word (produce16): the order above for fp16, pairs {i, i +
+ * 4} of each 8 values for bf16 (nvfp4_e2m1x8_to_bf162x4), the orders
+ * w4a16.cu's fragments use. The consumers
  * decode the weights into the activations' type, exactly: fp16 fragments
  * carry value * scale * 2^-6, bf16 ones 2^-7 (numerics.cuh), which the
  * epilogue takes back with alpha (tc_unscale). No pre-pass. Rows grouped by
@@ -670,7 +672,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
               for (int q = 0; q < BPT; q++) {
                 uint32_t w[4];
-                nvfp4_act16_words(ld_shared_u4(raw_row ^ (uint32_t)(16 * (2 * (t0 + q) + h))), w);
+                nvfp4_act16_words<AT == NVFP4_BF16>(ld_shared_u4(raw_row ^ (uint32_t)(16 * (2 * (t0 + q) + h))), w);
 #pragma unroll
                 for (int i = 0; i < 4; i++) d[i][q] = w[i];
               }

@@ -69,11 +69,12 @@
  * K order: thread t of a quad owns scale block t of a step (values 16 t ..
  * 16 t + 15). The weight fragments come in the decoder's permuted order: in
  * k16 step s, mma k slots (2t, 2t + 1) hold values 16 t + (0, 2), (4, 6),
- * (1, 3), (5, 7) for s = 0..3, and slots (2t + 8, 2t + 9) the same + 8. The
- * B fragments are built to match: the thread reads its row's 16 values (two
- * 16-byte chunks, 8 words {x[2i], x[2i + 1]}) and pairs them with one prmt
- * each, e.g. {x0, x2} = prmt(w0, w1, 0x5410), {x1, x3} = prmt(w0, w1, 0x7632)
- * (numerics.cuh's nvfp4_act16_words, as the wgmma kernel's W4A16 producer).
+ * (1, 3), (5, 7) for s = 0..3 (fp16; bf16: (0, 4), (1, 5), (2, 6), (3, 7)),
+ * and slots (2t + 8, 2t + 9) the same + 8. The B fragments are built to
+ * match: the thread reads its row's 16 values (two 16-byte chunks, 8 words
+ * {x[2i], x[2i + 1]}) and pairs them with one prmt each, e.g. {x0, x2} =
+ * prmt(w0, w1, 0x5410), {x1, x3} = prmt(w0, w1, 0x7632) (numerics.cuh's
+ * nvfp4_act16_words, as the wgmma kernel's W4A16 producer).
  * Slot k of A and slot k of B are the same value of K in every thread, so each
  * 64-wide sum is the same set of exact products as the reference's: e2m1 x
  * e4m3 (<= 6 significant bits) x 2^-6 (fp16 fragments; 2^-14 below sm_89)
@@ -280,8 +281,8 @@ __device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], 
       const uint4 x = ld_shared_u4(step + a_off0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + a_off1 + j * 8 * 2 * KSTEP);
       /* k16 step s: k slots 2t, 2t + 1 from x (values 16 t + 0..7), 2t + 8, 2t + 9 from y (+ 8..15) */
       uint32_t bx[4], by[4];
-      nvfp4_act16_words(x, bx);
-      nvfp4_act16_words(y, by);
+      nvfp4_act16_words<BF16>(x, bx);
+      nvfp4_act16_words<BF16>(y, by);
 #pragma unroll
       for (int i = 0; i < MW; i++)
         if (tiles >> i & 1) {
@@ -665,8 +666,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
     uint32_t bx[NT][4], by[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-      nvfp4_act16_words(x[j][c0], bx[j]);
-      nvfp4_act16_words(x[j][c0 + 1], by[j]);
+      nvfp4_act16_words<BF16>(x[j][c0], bx[j]);
+      nvfp4_act16_words<BF16>(x[j][c0 + 1], by[j]);
     }
 #pragma unroll
     for (int q = 0; q < MW; q++) {
