@@ -200,6 +200,7 @@ template <typename T>
 __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4_moe_route r) {
   extern __shared__ uint32_t route_keys[];
   pdl_wait();
+  pdl_launch_dependents(); /* moe_sort launches now and waits for this grid's end in its pdl_wait */
   const unsigned all = 0xFFFFFFFFu;
   const int lane = threadIdx.x % 32, experts = (int)r.experts, k = (int)r.top_k, run = experts / (int)r.groups;
   const int64_t t = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
@@ -263,7 +264,6 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4
     r.ids[t * k + lane] = id;
     r.weights[t * k + lane] = r.scale == 1.0f ? v : v * r.scale;
   }
-  pdl_launch_dependents();
 }
 
 }  // namespace
