@@ -25,7 +25,7 @@
  * own peak): compute-bound. Per warp and K step of 64 (128 weight rows a
  * CTA, all 8 n8 tiles), estimated from the source: 64 mma m16n8k16; the
  * weights' decode, 8 words of 8 codes a thread (~13 instructions each,
- * numerics.cuh; bf16 ~20: codes placed as bf16 bits times the scale) and
+ * numerics.cuh; bf16 ~19: codes placed as bf16 bits times the scale) and
  * their scales, ~125 (fp16) to ~175 (bf16); the activation fragments, 8 x (2
  * ld.shared.v4 + 8 prmt) = 80; the copies ~50 (inside K a thread's chunk
  * sizes are fixed; a last partial step computes them): ~4.5 (fp16) to ~5
@@ -567,7 +567,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * all NT activation fragments, loaded from global memory straight into
  * registers, weights 2 or 4 steps ahead (gemv_depth) and activations (L2
  * hits) a step (NT = 1) or half a step (NT = 2) ahead, 32 registers either way:
- * no shared memory, no barrier and no copy bookkeeping in the loop, ~270
+ * no shared memory, no barrier and no copy bookkeeping in the loop, ~260
  * instructions a warp, step of 128 and m16 tile (bf16, NT = 1; ~210 fp16),
  * 0.13 a weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both
  * from the SASS, sm_90a). Thread t of a quad loads 16 bytes of each of its
