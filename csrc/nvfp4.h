@@ -119,13 +119,23 @@ typedef struct nvfp4_quantize {
   int32_t values_type;        /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16             */
   int64_t values_batch_stride; /* elements                                      */
   int64_t values_row_stride;  /* elements                                       */
+  const int32_t *row_index;   /* NULL, or (values, batch 1) row r reads x's row
+                                 row_index[r], one of x_rows                    */
+  int64_t x_rows;
+  const int32_t *scale_index; /* NULL, or (row_scale given) row r's global scale
+                                 is row_scale[scale_index[r]], one of scales    */
+  int64_t scales;
 } nvfp4_quantize;
 
 /* Quantized values (values != NULL; data, sf and the layout unused): each
  * code's e2m1 value times its block's e4m3 scale, before the global scale is
  * divided out; exact in every values_type (at most 6 significant bits, 2^-10
  * .. 2688). A W4A4 activation as a 16-bit operand: a kernel of 16-bit
- * activations multiplies exactly what a gemm of the codes and scales would. */
+ * activations multiplies exactly what a gemm of the codes and scales would.
+ * row_index and scale_index (a mixture of experts' rows, each its token's
+ * activation with its expert's global scale, in one pass): an index outside
+ * its range is an error on the CPU; on CUDA (checking would sync) that
+ * row's values are NaN, nothing outside x or the scales is read. */
 
 /* A mixture of experts' token-expert pairs as rows grouped by expert, and
  * their weighted sum back (NVFP4MoE). Pair p = t * top_k + j is token t's j-th

@@ -991,12 +991,61 @@ std::tuple<Tensor, Tensor> quantize(const Tensor &x, const std::optional<Tensor>
 
 /* Quantized values (nvfp4.h): x -> a tensor like x (contiguous) of the values
  * quantize(x, global_scale)'s codes and scales stand for, exact; global_scale
- * one value or one per row. */
-Tensor quantized_values(const Tensor &x, const std::optional<Tensor> &global_scale) {
+ * one value or one per row. row_index (int32 [R], x [rows, K]): output row r
+ * from x's row row_index[r]; scale_index (int32, one per output row):
+ * global_scale is a float32 table and row r takes its entry scale_index[r]. */
+Tensor quantized_values(const Tensor &x, const std::optional<Tensor> &global_scale,
+                        const std::optional<Tensor> &row_index, const std::optional<Tensor> &scale_index) {
   const char *op = "nvfp4.quantized_values";
+  auto index = [&](const Tensor &t, const char *name) {
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, op, ": ", name, " must be int32, got ", t.scalar_type());
+    TORCH_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), op, ": ", name, " must be a contiguous 1-D tensor, got shape ",
+                      t.sizes(), " and strides ", t.strides());
+    TORCH_CHECK_VALUE(t.device() == x.device(), op, ": ", name, " is on ", t.device(), " but x is on ", x.device());
+    TORCH_CHECK_VALUE(t.numel() < INT32_MAX, op, ": ", name, " holds at most 2^31 - 1 rows, got ", t.numel());
+  };
+  /* host memory: the range checked here, without a sync (on CUDA an index outside gives NaN values) */
+  auto in_range = [&](const Tensor &t, const char *name, int64_t n, const char *what) {
+    TORCH_CHECK_VALUE(!t.device().is_cpu() || t.numel() == 0 || (t.min().item<int32_t>() >= 0 &&
+                                                                 t.max().item<int32_t>() < n),
+                      op, ": ", name, " must lie in [0, ", n, ") (", what, "), got ",
+                      t.numel() ? t.min().item<int32_t>() : 0, " .. ", t.numel() ? t.max().item<int32_t>() : 0);
+  };
   nvfp4_quantize q{};
-  quantize_input(op, q, x, global_scale, true);
-  Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  quantize_input(op, q, x, scale_index ? std::nullopt : global_scale, true);
+  c10::SmallVector<int64_t, 3> shape(x.sizes().begin(), x.sizes().end());
+  if (row_index) {
+    index(*row_index, "row_index");
+    TORCH_CHECK_VALUE(x.dim() == 2, op, ": with row_index, x must be [rows, K], got shape ", x.sizes());
+    TORCH_CHECK_VALUE(scale_index || !global_scale || global_scale->numel() == 1, op,
+                      ": with row_index, global_scale is one value, or a table that scale_index indexes");
+    in_range(*row_index, "row_index", x.size(0), "x's rows");
+    q.row_index = row_index->const_data_ptr<int32_t>();
+    q.x_rows = x.size(0);
+    q.rows = shape[0] = row_index->numel();
+  }
+  Tensor table;
+  if (scale_index) {
+    index(*scale_index, "scale_index");
+    TORCH_CHECK_VALUE(global_scale.has_value(), op, ": scale_index needs a global_scale table");
+    table = *global_scale;
+    TORCH_CHECK_TYPE(table.scalar_type() == at::kFloat, op, ": global_scale must be a float32 tensor, got ",
+                     table.scalar_type());
+    TORCH_CHECK_VALUE(table.dim() == 1 && table.numel() >= 1 && table.is_contiguous(), op,
+                      ": with scale_index, global_scale must be a contiguous 1-D table, got shape ", table.sizes());
+    TORCH_CHECK_VALUE(table.device() == x.device(), op, ": global_scale is on ", table.device(), " but x is on ",
+                      x.device());
+    TORCH_CHECK_VALUE(scale_index->numel() == q.rows * q.batch, op, ": scale_index must hold one index per row (",
+                      q.rows * q.batch, "), got ", scale_index->numel());
+    /* host memory: checked without a sync (on the device, not checked) */
+    TORCH_CHECK_VALUE(!table.device().is_cpu() || at::all(at::isfinite(table) & (table > 0)).item<bool>(), op,
+                      ": global_scale must be finite and positive, got ", table.min().item<float>(), " .. ",
+                      table.max().item<float>());
+    in_range(*scale_index, "scale_index", table.numel(), "global_scale's entries");
+    q.row_scale = table.const_data_ptr<float>(), q.scale_index = scale_index->const_data_ptr<int32_t>();
+    q.scales = table.numel();
+  }
+  Tensor out = at::empty(shape, x.options().memory_format(at::MemoryFormat::Contiguous));
   if (q.rows == 0 || q.batch == 0) return out;
   const at::ScalarType type = x.scalar_type();
   q.sf_layout = NVFP4_SF_LINEAR;
@@ -1235,7 +1284,7 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("competition_dual_gemm(Tensor a, Tensor b1, Tensor b2, Tensor sfa, Tensor sfb1, Tensor sfb2, "
         "Tensor sfa_perm, Tensor sfb1_perm, Tensor sfb2_perm, Tensor(a!) c) -> ()");
   m.def("quantize(Tensor x, Tensor? global_scale=None, bool blocked=False) -> (Tensor, Tensor)");
-  m.def("quantized_values(Tensor x, Tensor? global_scale=None) -> Tensor");
+  m.def("quantized_values(Tensor x, Tensor? global_scale=None, Tensor? row_index=None, Tensor? scale_index=None) -> Tensor");
   m.def("moe_sort(Tensor ids, int num_experts) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_combine(Tensor y, Tensor row_of_pair, Tensor weights) -> Tensor");
   m.def("moe_route(Tensor logits, int top_k, bool sigmoid=False, Tensor? bias=None, int n_group=1, int topk_group=1, "

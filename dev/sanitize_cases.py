@@ -170,6 +170,16 @@ def main(only):
                 rows = torch.rand(xs.shape[:-1], generator=gen).to(dev) + 0.25
                 got = nk.quantized_values(xs, global_scale=rows)
                 bad += not torch.equal(got.cpu(), reference.quantized_values(xs.cpu(), rows.cpu()))
+        # quantized values of gathered rows with a table of global scales (an MoE's W4A4 rows), two indices
+        # outside their ranges (NaN rows, nothing read outside)
+        x = (torch.randn(9, 2064, generator=gen) * 10).to(torch.bfloat16).to(dev)
+        table = torch.rand(6, generator=gen) + 0.25
+        ri = torch.tensor([8, 0, 3, 3, 9, 1, 2], dtype=torch.int32)
+        si = torch.tensor([5, 0, 1, -1, 2, 2, 4], dtype=torch.int32)
+        got = nk.quantized_values(x, global_scale=table.to(dev), row_index=ri.to(dev), scale_index=si.to(dev)).cpu()
+        ok = [0, 1, 2, 5, 6]
+        want = reference.quantized_values(x.cpu()[ri[ok].long()], table[si[ok].long()])
+        bad += not (torch.equal(got[ok], want) and torch.isnan(got[[3, 4]]).all())
     if section("epilogue, w4a16"):
         # The epilogue (csrc/cuda/common.cuh) on the GEMV (roles swapped: a bias by row), skinny, wgmma and mma.sync
         # routes: bf16 out, a bias, alphas as device tensors; and W4A16 (csrc/cuda/w4a16.cu): fp16 and bf16

@@ -12,7 +12,7 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out=None)  the dual of those
     grouped_mm(x, w, w_sf, offs, *, gated=False)         x's rows by expert (MoE): offs on the device
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
-    quantized_values(x, *, global_scale=None)            the values those codes and scales stand for
+    quantized_values(x, *, global_scale=None, ...)       the values those codes and scales stand for
     moe_route(logits, top_k, *, scoring="softmax")       an MoE's top_k experts and weights per token
     moe_sort(ids, num_experts)                           an MoE's token-expert pairs as rows by expert
     moe_combine(y, row_of_pair, weights)                 those rows' weighted sum back per token

@@ -486,13 +486,15 @@ class NVFP4MoE(torch.nn.Module):
                              n_group=self.n_group, topk_group=self.topk_group, renormalize=self.norm_topk_prob,
                              scale=self.routed_scaling_factor)
 
-    def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor):
-        """w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact values
-        in x's dtype (ops.quantized_values: one kernel); w4a16: the rows. Device ops only (a CUDA
-        graph captures them)."""
+    def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor,
+              token_of_row: Optional[torch.Tensor] = None):
+        """The rows grouped by expert (x's rows token_of_row, or x as it is). w4a4: each row quantized
+        with its expert's global scale (1 / input_scale), as exact values in x's dtype, gathered and
+        quantized by one kernel (ops.quantized_values); w4a16: the rows. Device ops only (a CUDA graph
+        captures them)."""
         if self.mode == "w4a16":
-            return x
-        return ops.quantized_values(x, global_scale=global_scale[expert_of_row])
+            return x if token_of_row is None else x.index_select(0, token_of_row)
+        return ops.quantized_values(x, global_scale=global_scale, row_index=token_of_row, scale_index=expert_of_row)
 
     def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None,
                 topk: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
@@ -518,7 +520,7 @@ class NVFP4MoE(torch.nn.Module):
                                  f"top_k={k}] on x's device, got {got}")
         token_of_row, expert_of_row, row_of_pair, offs = ops.moe_sort(ids, self.num_experts)
         w4a4 = self.mode == "w4a4"
-        rows = self._rows(x.index_select(0, token_of_row), self._w13_input_global if w4a4 else None, expert_of_row)
+        rows = self._rows(x, self._w13_input_global if w4a4 else None, expert_of_row, token_of_row)
         h = ops.grouped_mm(rows, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,
                            alphas2=self._alpha3, gated=True)
         h = self._rows(h, self._w2_input_global if w4a4 else None, expert_of_row)

@@ -190,7 +190,8 @@ def quantize(x, *, global_scale: Alpha = None, sf_layout: str = "linear", conven
                                     sf_layout == "blocked")
 
 
-def quantized_values(x, *, global_scale: Alpha = None) -> torch.Tensor:
+def quantized_values(x, *, global_scale: Alpha = None, row_index: Optional[torch.Tensor] = None,
+                     scale_index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The values quantize(x, global_scale=global_scale)'s codes and scales stand for, before the
     global scale is divided out: per 16 values, each code's e2m1 value times the block's e4m3
     scale; in x's dtype (exact: at most 6 significant bits), contiguous, x's shape. One kernel.
@@ -200,10 +201,17 @@ def quantized_values(x, *, global_scale: Alpha = None) -> torch.Tensor:
     global_scale: as quantize's, or a float32 tensor of one value per row (x.shape[:-1], on x's
     device; finite and positive, which is checked on the CPU only): each row quantized with its own
     (a mixture of experts' rows, each with its expert's).
-    reference.quantized_values is the definition.
+    row_index (int32 [R], x [rows, K]): the result is [R, K], row r quantized from x[row_index[r]].
+    scale_index (int32, one per result row): global_scale is a float32 table [G] and row r takes
+    global_scale[scale_index[r]]. Both on x's device: a mixture of experts' rows, each its token's
+    activation with its expert's global scale, in one pass. An index outside its range is an error
+    on the CPU; on CUDA (checking would sync) that row's values are NaN.
+    reference.quantized_values(x[row_index], global_scale[scale_index]) is the definition.
     """
+    if scale_index is not None:
+        return torch.ops.nvfp4.quantized_values(x, global_scale, row_index, scale_index)
     return torch.ops.nvfp4.quantized_values(x, _scalar("quantized_values", "global_scale", global_scale,
-                                                       positive=True))
+                                                       positive=True), row_index)
 
 
 def moe_sort(ids: torch.Tensor, num_experts: int):
@@ -343,10 +351,13 @@ def _(x, global_scale=None, blocked=False):
 
 
 @torch.library.register_fake("nvfp4::quantized_values")
-def _(x, global_scale=None):
-    per_row = isinstance(global_scale, torch.Tensor) and global_scale.numel() != 1
-    _one_device("quantized_values", (x, global_scale) if per_row else (x,),
+def _(x, global_scale=None, row_index=None, scale_index=None):
+    per_row = isinstance(global_scale, torch.Tensor) and (global_scale.numel() != 1 or scale_index is not None)
+    indices = tuple(t for t in (row_index, scale_index) if t is not None)
+    _one_device("quantized_values", ((x, global_scale) if per_row else (x,)) + indices,
                 [] if per_row else [("global_scale", global_scale)])
+    if row_index is not None:
+        return x.new_empty((row_index.shape[0], x.shape[-1]))
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 

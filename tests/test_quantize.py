@@ -287,6 +287,64 @@ def test_quantized_values_wide_launch(gen):
                            f"{dtype} {rows} x 2064")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_quantized_values_gathered(device, gen, dtype):
+    """row_index and scale_index (a mixture of experts' rows: each its token's activation with its
+    expert's global scale) against the reference of the gathered rows and scales, bit for bit: rows
+    repeated and skipped, every row of a table, NaN and inf in the input, no rows."""
+    x = wide_values((13, 1040), gen, dtype)
+    x.view(-1)[::53] = float("nan")
+    x.view(-1)[7::61] = -float("inf")
+    table = per_row_scales((5,), gen, "cpu")
+    row_index = torch.randint(0, 13, (29,), generator=gen, dtype=torch.int32)
+    scale_index = torch.randint(0, 5, (29,), generator=gen, dtype=torch.int32)
+    dev = lambda t: t.to(device)  # noqa: E731
+    got = nk.quantized_values(dev(x), global_scale=dev(table), row_index=dev(row_index), scale_index=dev(scale_index))
+    assert_same_values(got, reference.quantized_values(x[row_index.long()], table[scale_index.long()]), "both")
+    got = nk.quantized_values(dev(x), global_scale=0.37, row_index=dev(row_index))
+    assert_same_values(got, reference.quantized_values(x[row_index.long()], 0.37), "rows, one scale")
+    got = nk.quantized_values(dev(x), global_scale=dev(table), scale_index=dev(scale_index[:13]))
+    assert_same_values(got, reference.quantized_values(x, table[scale_index[:13].long()]), "scales alone")
+    none = torch.zeros(0, dtype=torch.int32)
+    assert nk.quantized_values(dev(x), row_index=dev(none)).shape == (0, 1040)
+    if device == "cuda":  # an index outside its range: that row NaN, nothing read outside (no sync to check)
+        bad = dev(torch.tensor([0, 13, -1, 2], dtype=torch.int32))
+        got = nk.quantized_values(dev(x), global_scale=dev(table), row_index=bad,
+                                  scale_index=dev(torch.tensor([0, 1, 2, 5], dtype=torch.int32))).cpu()
+        assert torch.isnan(got[1:]).all(), "a row of an index outside its range not NaN"
+        assert_same_values(got[:1], reference.quantized_values(x[:1], table[:1]), "the row in range beside them")
+
+
+def test_quantized_values_gathered_errors(device):
+    x = torch.randn(4, 64, device=device)
+    i32 = lambda *v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
+    table = torch.ones(3, device=device)
+    with pytest.raises(TypeError, match="row_index must be int32"):
+        nk.quantized_values(x, row_index=i32(0, 1).long())
+    with pytest.raises(ValueError, match="scale_index must be a contiguous 1-D"):
+        nk.quantized_values(x, global_scale=table, scale_index=i32(0, 1, 2, 0, 1, 2, 0, 1).view(4, 2))
+    with pytest.raises(ValueError, match=r"with row_index, x must be \[rows, K\]"):
+        nk.quantized_values(x[None], row_index=i32(0))
+    with pytest.raises(ValueError, match=r"scale_index must hold one index per row \(2\), got 4"):
+        nk.quantized_values(x, global_scale=table, row_index=i32(0, 1), scale_index=i32(0, 0, 0, 0))
+    with pytest.raises(ValueError, match="scale_index needs a global_scale table"):
+        nk.quantized_values(x, scale_index=i32(0, 0, 0, 0))
+    with pytest.raises(ValueError, match="with scale_index, global_scale must be a contiguous 1-D table"):
+        nk.quantized_values(x, global_scale=torch.ones(2, 2, device=device), scale_index=i32(0, 0, 0, 0))
+    with pytest.raises(ValueError, match="with row_index, global_scale is one value, or a table"):
+        nk.quantized_values(x, global_scale=torch.ones(4, device=device), row_index=i32(0, 1, 2, 3))
+    if device == "cpu":  # host memory: ranges checked
+        with pytest.raises(ValueError, match=r"row_index must lie in \[0, 4\) \(x's rows\), got 0 .. 4"):
+            nk.quantized_values(x, row_index=i32(0, 4))
+        with pytest.raises(ValueError, match=r"scale_index must lie in \[0, 3\)"):
+            nk.quantized_values(x, global_scale=table, scale_index=i32(0, 1, 3, 0))
+        with pytest.raises(ValueError, match="finite and positive"):
+            nk.quantized_values(x, global_scale=torch.tensor([1.0, 0.0]), scale_index=i32(0, 0, 0, 0))
+    if device == "cuda":
+        with pytest.raises(ValueError, match="row_index is on"):
+            nk.quantized_values(x, row_index=torch.tensor([0], dtype=torch.int32))
+
+
 def test_quantized_values_errors(device):
     x = torch.randn(4, 64, device=device)
     with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
@@ -321,6 +379,8 @@ def test_quantized_values_torch_citizen(device, gen):
     g = per_row_scales((2, 33), gen, device)
     torch.library.opcheck(torch.ops.nvfp4.quantized_values.default, (x, g))
     torch.library.opcheck(torch.ops.nvfp4.quantized_values.default, (x[0], torch.tensor(0.75)))
+    rows = torch.tensor([3, 0, 3, 32], dtype=torch.int32, device=device)
+    torch.library.opcheck(torch.ops.nvfp4.quantized_values.default, (x[0], g[0], rows, rows % 2))
     f = torch.compile(lambda x, g: nk.quantized_values(x, global_scale=g), fullgraph=True)
     assert torch.equal(f(x, g), nk.quantized_values(x, global_scale=g)), f"compiled differs from eager on {device}"
 

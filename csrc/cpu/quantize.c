@@ -27,17 +27,25 @@ nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1)
   if (q->x_type != NVFP4_F32 || q->k <= 0 || q->k % 16) return NVFP4_ERR_INVALID;
   if (q->values && q->values_type != NVFP4_F32 && q->values_type != NVFP4_F16 && q->values_type != NVFP4_BF16)
     return NVFP4_ERR_INVALID;
+  if ((q->row_index && (!q->values || q->batch != 1)) || (q->scale_index && !q->row_scale)) return NVFP4_ERR_INVALID;
+  for (int64_t l = 0; l < q->batch; l++)
+    for (int64_t r = r0; r < r1 && r < q->rows; r++)
+      if ((q->row_index && (q->row_index[r] < 0 || q->row_index[r] >= q->x_rows)) ||
+          (q->scale_index && (q->scale_index[l * q->rows + r] < 0 || q->scale_index[l * q->rows + r] >= q->scales)))
+        return NVFP4_ERR_INVALID;
   const int64_t k_blocks = q->k / 16;
   const int64_t kb_pad = nvfp4_sf_grid_cols(q->sf_layout, k_blocks); /* the blocked layout's padding too */
   for (int64_t l = 0; l < q->batch; l++) {
     const float *xl = (const float *)q->x + l * q->x_batch_stride;
     uint8_t *sf = q->values ? NULL : q->sf + l * q->sf_batch_stride;
     for (int64_t r = r0; r < r1; r++) {
-      const float g = q->row_scale ? (r < q->rows ? q->row_scale[l * q->rows + r] : 1.0f)
+      const int64_t scale_at = q->scale_index && r < q->rows ? q->scale_index[l * q->rows + r] : l * q->rows + r;
+      const float g = q->row_scale ? (r < q->rows ? q->row_scale[scale_at] : 1.0f)
                                    : q->scale_ptr ? *q->scale_ptr : q->scale;
       if (q->values) {
+        const int64_t xr = q->row_index && r < q->rows ? q->row_index[r] : r;
         if (r < q->rows)
-          for (int64_t kb = 0; kb < k_blocks; kb++) write_values(q, l, r, kb, xl + r * q->x_row_stride + kb * 16, g);
+          for (int64_t kb = 0; kb < k_blocks; kb++) write_values(q, l, r, kb, xl + xr * q->x_row_stride + kb * 16, g);
         continue;
       }
       for (int64_t kb = 0; kb < kb_pad; kb++) {

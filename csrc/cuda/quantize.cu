@@ -108,10 +108,26 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
   const I warps = (I)gridDim.x * (THREADS / 32);
   for (I w = (I)blockIdx.x * (THREADS / 32) + threadIdx.x / 32; w < items; w += warps) {
     const I lr = w / chunks, chunk = w - lr * chunks, l = lr / rows_pad, r = lr - l * rows_pad;
-    const T *x_row = static_cast<const T *>(q.x) + l * q.x_batch_stride + r * q.x_row_stride;
     const I kb0 = chunk * CHUNK + lane;
     const bool pad_row = r >= q.rows;
-    const float g = q.row_scale && !pad_row ? q.row_scale[l * q.rows + r] : g_all;
+    int64_t xr = r;
+    bool nan_row = false; /* an index outside its range (nvfp4.h) */
+    if (q.row_index) {
+      const int32_t i = q.row_index[r];
+      nan_row = i < 0 || i >= q.x_rows;
+      xr = nan_row ? 0 : i;
+    }
+    const T *x_row = static_cast<const T *>(q.x) + l * q.x_batch_stride + xr * q.x_row_stride;
+    float g = g_all;
+    if (q.row_scale && !pad_row) {
+      int64_t at = l * q.rows + r;
+      if (q.scale_index) {
+        at = q.scale_index[at];
+        nan_row = nan_row || at < 0 || at >= q.scales;
+      }
+      g = nan_row ? 0.0f : q.row_scale[at];
+    }
+    if (nan_row) g = __int_as_float(0x7FC00000);
     if constexpr (VALUES) { /* no padding: rows_pad, kb_pad are the rows and blocks */
       T *values_row = static_cast<T *>(q.values) + l * q.values_batch_stride + r * q.values_row_stride;
 #pragma unroll
@@ -188,6 +204,7 @@ extern "C" nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_
   if (q->values ? q->values_type != q->x_type || q->sf_layout != NVFP4_SF_LINEAR
                 : !aligned(q->data, 8) || q->data_row_stride % 8 || q->data_batch_stride % 8)
     return NVFP4_ERR_INVALID;
+  if ((q->row_index && (!q->values || q->batch != 1)) || (q->scale_index && !q->row_scale)) return NVFP4_ERR_INVALID;
   cudaError_t e;
   switch (q->x_type) {
     case NVFP4_F32: e = launch<float>(*q, stream); break;
