@@ -317,6 +317,21 @@ inline const DeviceInfo &device_info() {
   return d;
 }
 
+/* A launch with programmatic dependent launch where the device runs the sm_90
+ * code (whose pdl_wait exists), as the matmul kernels'. */
+template <typename... P, typename... A>
+cudaError_t launch_pdl(void (*kernel)(P...), unsigned ctas, int threads, int smem, cudaStream_t stream, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(ctas);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr = pdl_attribute();
+  cfg.attrs = &attr;
+  cfg.numAttrs = device_info().sm90_code ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 /* ---- development tracing (tools/trace.cu; off in every normal build) ------
  * With -DNVFP4_TRACE a kernel records, at points it names, the global timer
  * (ns, comparable across SMs) and the SM's cycle counter into a buffer the

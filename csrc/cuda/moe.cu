@@ -30,21 +30,6 @@ namespace {
 
 constexpr int SORT_LANES = 32;
 
-/* A launch with programmatic dependent launch where the device runs the sm_90
- * code (whose pdl_wait exists), as the matmul kernels'. */
-template <typename... P, typename... A>
-cudaError_t launch_pdl(void (*kernel)(P...), unsigned ctas, int threads, int smem, cudaStream_t stream, A... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(ctas);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr = pdl_attribute();
-  cfg.attrs = &attr;
-  cfg.numAttrs = device_info().sm90_code ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
 __global__ void __launch_bounds__(SORT_LANES) moe_sort_kernel(const nvfp4_moe_sort s) {
   extern __shared__ int next[]; /* counts, then each expert's next row, finally its row end */
   pdl_wait();

@@ -100,8 +100,10 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
   constexpr int CHUNK = 32 * PER;
   const int64_t k_blocks = q.k / 16;
   const I chunks = (kb_pad + CHUNK - 1) / CHUNK, items = (I)q.batch * rows_pad * chunks;
-  /* the gemm that reads these codes may launch now (programmatic dependent launch, sm_90+): its CTAs start
-   * while this kernel runs and wait in their pdl_wait until it has finished and its writes are visible */
+  /* launched early itself (programmatic dependent launch, sm_90+): x may be the kernel before's output */
+  pdl_wait();
+  /* the gemm that reads these codes may launch now: its CTAs start while this kernel runs and wait in
+   * their pdl_wait until it has finished and its writes are visible */
   pdl_launch_dependents();
   const float g_all = q.scale_ptr ? *q.scale_ptr : q.scale;
   const int lane = threadIdx.x % 32;
@@ -168,7 +170,7 @@ template <typename T, typename I, int PER>
 void launch_per(const nvfp4_quantize &q, bool vec, int64_t ctas, I rows_pad, I kb_pad, cudaStream_t stream) {
   auto kernel = q.values ? (vec ? quantize_kernel<T, true, I, PER, true> : quantize_kernel<T, false, I, PER, true>)
                          : (vec ? quantize_kernel<T, true, I, PER, false> : quantize_kernel<T, false, I, PER, false>);
-  kernel<<<(unsigned)ctas, THREADS, 0, stream>>>(q, rows_pad, kb_pad);
+  (void)launch_pdl(kernel, (unsigned)ctas, THREADS, 0, stream, q, rows_pad, kb_pad); /* errors: launch's check */
 }
 
 template <typename T>
