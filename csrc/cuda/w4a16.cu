@@ -612,8 +612,9 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
                 k1 = all_steps * (part + 1) / sp.split;
   const int n = k1 - k0 > warp ? (int)((k1 - k0 - warp + GEMV_WARPS - 1) / GEMV_WARPS) : 0;
 
-  /* the thread's sources at the warp's first step, and what a step adds */
-  const int sf_unit = p.b.sf_layout == NVFP4_SF_LINEAR ? 4 : 512; /* a row's scales of 64 values */
+  /* the thread's sources at the warp's first step, and what a step adds (scales: the row's base plus the
+   * column part, nvfp4_sf_offset; blocks 2 tq, 2 tq + 1 adjacent bytes in either layout) */
+  const int64_t k_blocks = p.k / 16, kb0 = (k0 + warp) * (GEMV_STEP / 16) + 2 * tq;
   const uint8_t *w_src[MW][2], *sf_src[MW][2];
   bool w_ok[2];
 #pragma unroll
@@ -625,8 +626,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
     for (int q = 0; q < MW; q++) {
       const nvfp4_operand &op = q ? p.b2 : p.b;
       w_src[q][h] = op.data + l * op.batch_stride + r * op.row_stride + (k0 + warp) * (GEMV_STEP / 2) + 16 * tq;
-      sf_src[q][h] = op.sf + l * op.sf_batch_stride + nvfp4_sf_offset(op.sf_layout, op.sf_row_stride, p.k / 16, r, 0) +
-                     (k0 + warp) * 2 * sf_unit + tq / 2 * sf_unit + 2 * (tq % 2);
+      sf_src[q][h] = op.sf + l * op.sf_batch_stride + nvfp4_sf_offset(op.sf_layout, op.sf_row_stride, k_blocks, r, 0) +
+                     nvfp4_sf_offset(op.sf_layout, 0, k_blocks, 0, kb0);
     }
   }
   bool x_ok[NT];
@@ -639,7 +640,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
                (k0 + warp) * (2 * GEMV_STEP) + 64 * tq;
   }
   constexpr int64_t W_STEP = GEMV_WARPS * GEMV_STEP / 2, X_STEP = GEMV_WARPS * 2 * GEMV_STEP;
-  const int64_t sf_step = GEMV_WARPS * 2 * sf_unit;
+  const int64_t sf_step = nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, GEMV_WARPS * (GEMV_STEP / 16));
 
   auto load_w = [&](GemvWeights<MW> &s, int i) {
 #pragma unroll
