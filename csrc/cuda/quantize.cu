@@ -102,9 +102,6 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
   const I chunks = (kb_pad + CHUNK - 1) / CHUNK, items = (I)q.batch * rows_pad * chunks;
   /* launched early itself (programmatic dependent launch, sm_90+): x may be the kernel before's output */
   pdl_wait();
-  /* the gemm that reads these codes may launch now: its CTAs start while this kernel runs and wait in
-   * their pdl_wait until it has finished and its writes are visible */
-  pdl_launch_dependents();
   const float g_all = q.scale_ptr ? *q.scale_ptr : q.scale;
   const int lane = threadIdx.x % 32;
   const I warps = (I)gridDim.x * (THREADS / 32);
@@ -164,6 +161,9 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
       *reinterpret_cast<uint2 *>(data_row + (int64_t)kb * 8) = packed;
     }
   }
+  /* the gemm that reads these codes may launch now (its pdl_wait still waits for this grid's end); not at
+   * the start: an MoE's grouped GEMM would fill the SMs with CTAs waiting on this grid (docs/PERF.md) */
+  pdl_launch_dependents();
 }
 
 template <typename T, typename I, int PER>
