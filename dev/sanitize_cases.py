@@ -199,9 +199,10 @@ def main(only):
                                          # split-K: the partials, the tickets, the last CTA's sum
                                          (None, 1, 300, 4096, torch.float16, 0), (None, 7, 64, 2080, bf16, 1),
                                          (2, 20, 129, 1040, bf16, 0),
-                                         # M <= 16, K % 128 == 0: the GEMV kernel (the warps' sums in shared
-                                         # memory), 8 and 16 rows a tile
-                                         (2, 5, 129, 8192, bf16, 0), (None, 14, 300, 4096, torch.float16, 0)]:
+                                         # M <= 32, K % 128 == 0: the GEMV kernel (the warps' sums in shared
+                                         # memory), 8, 16 and 32 rows a tile
+                                         (2, 5, 129, 8192, bf16, 0), (None, 14, 300, 4096, torch.float16, 0),
+                                         (2, 27, 129, 4096, bf16, 0), (None, 32, 300, 2048, torch.float16, 0)]:
             bad += w4a16_wrong(L, m, n, k, x_dtype, off, "linear", alpha)
     if section("w4a16 on wgmma"):
         # W4A16 of M >= 64 on Hopper (csrc/cuda/matmul_sm90.cu: raw 16-bit rows permuted by the producer): fp16 and

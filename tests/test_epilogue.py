@@ -237,11 +237,11 @@ def test_bad_epilogue_arguments(gen):
         nk.gemm_w4a16(x.requires_grad_(), b.data, b.sf)
 
 
-@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17])
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17, 24, 32, 33])
 def test_w4a16_decode(device, gen, m):
-    """Decode sizes: on a GPU, M <= 16 with K % 128 == 0 takes the GEMV kernel (8 warps share K, loads
-    straight into registers, one or two n8 tiles of rows, the warps' sums added at the end); 17 rows,
-    K % 128 == 64, or a dual whose two scale layouts differ, the tiled kernels. All against the reference into poisoned outputs, a bias
+    """Decode sizes: on a GPU, M <= 32 with K % 128 == 0 takes the GEMV kernel (8 warps share K, loads
+    straight into registers, one, two or four n8 tiles of rows, the warps' sums added at the end); 33 rows,
+    K % 128 == 64, a dual of more than 16 rows or whose two scale layouts differ, the tiled kernels. All against the reference into poisoned outputs, a bias
     and a negative alpha."""
     for n, k in ((300, 4096), (7, 1088), (33, 128)):
         b = random_operand(None, n, k, gen=gen, device=device, layout="linear")
@@ -250,7 +250,7 @@ def test_w4a16_decode(device, gen, m):
             x = activations((m, k), x_dtype, gen, device)
             if device == "cuda" and not FORCED:
                 name = nk.kernel_name("gemm_w4a16", x, b.data, b.sf)
-                assert ("GEMV" in name) == (m <= 16 and k % 128 == 0), name
+                assert ("GEMV" in name) == (m <= 32 and k % 128 == 0), name
             out = poisoned((m, n), device, x_dtype)
             nk.gemm_w4a16(x, b.data, b.sf, alpha=-1.5, bias=bias, out=out)
             assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias), f"w4a16 {m}x{n}x{k} {x_dtype}",

@@ -63,7 +63,12 @@ CASES = {
               # blocked scales; duals split; K % 128 == 64 stays on the 16-row tiles
               ("w4a16", None, 3, 300, 4096, ("linear", "linear")), ("w4a16+", 2, 7, 129, 8192, ("linear", "blocked")),
               ("w4a16+", 2, 13, 129, 8192, ("linear", "blocked")), ("w4a16dual", 2, 1, 300, 4096, ("blocked", "blocked")),
-              ("w4a16dual", None, 16, 200, 2048, ("linear", "blocked")), ("w4a16", None, 2, 129, 1088, ("linear", "linear"))],
+              ("w4a16dual", None, 16, 200, 2048, ("linear", "blocked")), ("w4a16", None, 2, 129, 1088, ("linear", "linear")),
+              # M = 17..32: the GEMV's 32-row tiles (rows past M in the last n8 tiles), split, batched; duals on
+              # the tiled kernels
+              ("w4a16", None, 17, 129, 1024, ("linear", "linear")), ("w4a16+", 2, 32, 300, 4096, ("linear", "blocked")),
+              ("w4a16+", None, 25, 4096, 2048, ("linear", "linear")), ("w4a16dual", 2, 27, 129, 1024, ("linear", "blocked")),
+              ("w4a16dual", None, 32, 64, 4096, ("blocked", "blocked"))],
 }
 # The epilogue's variants ("+": bf16 out, alphas as device tensors, a bias) on every kernel's first shapes.
 for _kernel, _cases in CASES.items():

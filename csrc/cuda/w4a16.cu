@@ -31,7 +31,7 @@
  * sizes are fixed; a last partial step computes them): ~4.5 (fp16) to ~5
  * (bf16) instructions per mma. At M <= 8 (one n8 tile, MW = 1, bf16) a
  * step is ~230 instructions a warp for 1024 weights: issue, not DRAM, bounds
- * a decode call (docs/PERF.md); the GEMV kernel (below) takes M <= 16.
+ * a decode call (docs/PERF.md); the GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -557,16 +557,17 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   store_tiles<DUAL, BF16, MW, NT>(p, l, m0, m_end, n0 + (DUAL ? 16 * warp : 16 * MW * warp), tiles, nt, g, tq, acc);
 }
 
-/* ---- decode: the GEMV kernel. Every M <= 16, K % 128 == 0 and the fast
- * path's alignment (a dual: both scale layouts alike, one step between a
- * row's scales); not rows grouped by expert. A CTA = GEMV_WARPS warps on
- * one tile of <= 8 NT activation rows (NT n8 tiles: 1 to M = 8, else 2) x 16
- * output columns. Warp w takes the CTA's K steps of 128 w, w + GEMV_WARPS,
- * ... (the warps read a row's bytes side by side) of the tile's 16 weight
+/* ---- decode: the GEMV kernel. Every M <= 32 (a dual: M <= 16, whose 32 rows
+ * would spill), K % 128 == 0 and the fast path's alignment (a dual: both
+ * scale layouts alike, one step between a row's scales); not rows grouped by
+ * expert. A CTA = GEMV_WARPS warps on one tile of <= 8 NT activation rows (NT
+ * n8 tiles: 1 to M = 8, 2 to 16, else 4; ~0.13 KB spilled at 4) x 16 output
+ * columns. Warp w takes the CTA's K steps of 128 w, w + GEMV_WARPS, ...
+ * (the warps read a row's bytes side by side) of the tile's 16 weight
  * rows (a dual: of W1's and W2's, MW = 2 m16 tiles), each decoded once for
  * all NT activation fragments, loaded from global memory straight into
  * registers, weights 2 or 4 steps ahead (gemv_depth) and activations (L2
- * hits) a step (NT = 1) or half a step (NT = 2) ahead, 32 registers either way:
+ * hits) a step (NT = 1) or half a step (NT = 2, 4) ahead, 32 or 64 registers:
  * no shared memory, no barrier and no copy bookkeeping in the loop, ~260
  * instructions a warp, step of 128 and m16 tile (bf16, NT = 1; ~210 fp16),
  * 0.13 a weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both
@@ -594,7 +595,7 @@ template <bool DUAL, bool BF16, int NT>
 __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
                                                                       const Split sp) {
   constexpr int MW = DUAL ? 2 : 1, ACC = MW * NT * 4 * 32, DEPTH = gemv_depth(MW, NT);
-  constexpr int XC = 4 / NT; /* 16-byte chunks of a row an activation buffer holds: a step, or half of one */
+  constexpr int XC = NT == 1 ? 4 : 2; /* 16-byte chunks of a row an activation buffer holds: a step, or half of one */
   static_assert(DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
   __shared__ float sums[GEMV_WARPS][MW * NT * 4][32];
   __shared__ int last_part;
@@ -745,7 +746,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
     };
     if (!split_sum<32, ACC>(sp, tile_id, part, lane, last_part, each)) return;
   }
-  store_tiles<DUAL, BF16, MW, NT>(p, l, m0, m_end, n0, (1u << MW) - 1, m_end - m0 > 8 ? NT : 1, g, tq, acc);
+  const int nt = (int)std::min<int64_t>(NT, (m_end - m0 + 7) / 8); /* n8 tiles with a row below M */
+  store_tiles<DUAL, BF16, MW, NT>(p, l, m0, m_end, n0, (1u << MW) - 1, nt, g, tq, acc);
 }
 
 /* Every copy of a problem one cp.async: activation and weight rows 16-byte
@@ -798,6 +800,8 @@ Entry entry(const Config &c) {
 
 template <bool DUAL, bool BF16>
 Entry gemv_entry(const Config &c) {
+  if constexpr (!DUAL)
+    if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 4>), 0, GEMV_THREADS};
   return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 1>)
                     : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 2>),
           0, GEMV_THREADS};
@@ -815,11 +819,11 @@ Entry entry_of(const Config &c) {
  * and shared memory: an sm_86 / sm_89 holds fewer than an A100 or H100),
  * asked once per device and configuration; 1 where the runtime cannot say. */
 int ctas_per_sm(const Config &c) {
-  static int cache[64][128] = {};
+  static int cache[64][256] = {};
   const DeviceInfo &dev = device_info();
   if (dev.id < 0 || dev.id >= 64) return 1;
   const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0) |
-                  (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0);
+                  (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0) | (c.tm == 32 ? 128 : 0);
   int &n = cache[dev.id][key];
   if (!n) {
     const Entry k = entry_of(c);
@@ -834,7 +838,9 @@ int ctas_per_sm(const Config &c) {
 }
 
 /* problems[0, count) share a_type. Rules of thumb, not measured yet:
- * - the GEMV kernel where every M is at most 16 (8 rows a tile to 8), K % 128 == 0, the fast
+ * - the GEMV kernel where every M is at most 32 (8 rows a tile to 8, 16 to 16; a dual at most 16: its
+ *   32-row tiles spilled: 1.2-1.5x the 64-row tiles' time; a gemm's took 0.60-1.03x their time at M = 20,
+ *   32 on Llama-3 shapes, H200), K % 128 == 0, the fast
  *   path's alignment and a dual's two scale layouts alike (not rows grouped
  *   by expert: CTAs that scanned the offsets, then ran 4 column tiles in
  *   turn, took 1.2-1.5x the 16-row kernel's time on DeepSeek-V3 and Qwen3 MoE
@@ -858,8 +864,9 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
     const nvfp4_matmul &p = problems[g];
     c.fast = c.fast && fast_ok(p);
     if (p.offs ? p.m > 16 * p.batch : p.m > 16) c.tm = 64;
-    gemv = gemv && !p.offs && p.m <= 16 && p.k % GEMV_STEP == 0 && (!p.b2.data || p.b2.sf_layout == p.b.sf_layout);
-    if (p.m > 8) gemv_rows = 16;
+    gemv = gemv && !p.offs && p.m <= (p.b2.data ? 16 : 32) && p.k % GEMV_STEP == 0 &&
+           (!p.b2.data || p.b2.sf_layout == p.b.sf_layout);
+    if (p.m > 8) gemv_rows = std::max(gemv_rows, p.m > 16 ? 32 : 16);
     if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
   }
   const int sms = device_info().sms;
