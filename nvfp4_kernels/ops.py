@@ -209,6 +209,9 @@ def quantized_values(x, *, global_scale: Alpha = None, row_index: Optional[torch
     reference.quantized_values(x[row_index], global_scale[scale_index]) is the definition.
     """
     if scale_index is not None:
+        if not isinstance(global_scale, torch.Tensor):
+            raise ValueError("nvfp4.quantized_values: scale_index needs a global_scale table (a float32 tensor), "
+                             f"got {type(global_scale).__name__}")
         return torch.ops.nvfp4.quantized_values(x, global_scale, row_index, scale_index)
     return torch.ops.nvfp4.quantized_values(x, _scalar("quantized_values", "global_scale", global_scale,
                                                        positive=True), row_index)

@@ -329,6 +329,8 @@ def test_quantized_values_gathered_errors(device):
         nk.quantized_values(x, global_scale=table, row_index=i32(0, 1), scale_index=i32(0, 0, 0, 0))
     with pytest.raises(ValueError, match="scale_index needs a global_scale table"):
         nk.quantized_values(x, scale_index=i32(0, 0, 0, 0))
+    with pytest.raises(ValueError, match="scale_index needs a global_scale table"):
+        nk.quantized_values(x, global_scale=0.5, scale_index=i32(0, 0, 0, 0))
     with pytest.raises(ValueError, match="with scale_index, global_scale must be a contiguous 1-D table"):
         nk.quantized_values(x, global_scale=torch.ones(2, 2, device=device), scale_index=i32(0, 0, 0, 0))
     with pytest.raises(ValueError, match="with row_index, global_scale is one value, or a table"):

@@ -690,7 +690,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
     }
   };
   /* weights DEPTH steps ahead; activations one buffer ahead: NT = 1 the next
-   * step (buffer = step % 2), NT = 2 the next half (buffer = half) */
+   * step (buffer = step % 2), NT = 2, 4 the next half (buffer = half) */
   GemvWeights<MW> ring[DEPTH];
   uint4 xs[2][NT][XC];
 #pragma unroll
