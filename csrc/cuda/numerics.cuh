@@ -207,11 +207,15 @@ __device__ __forceinline__ void nvfp4_act_half(const uint32_t (&w)[2 * BPT], int
  * shift places both magnitudes and one both signs, no prmt to gather them:
  * ~19 instructions per 8 codes with the multiplies (sm_90a SASS). */
 #define NVFP4_TC_UNSCALE_BF16 128.0f /* 2^7 */
-/* codes i, i + 4 of w as bf16 bits: magnitude bits 4i..4i+2 to 6..8, sign 4i+3 to 15 (+ 16: code i + 4) */
+/* codes i, i + 4 of w as bf16 bits: magnitude bits 4i..4i+2 to 6..8, sign 4i+3 to 15 (+ 16: code i + 4). The
+ * pair's two nibbles alone (at bits 4j, 4j + 16, j = i % 2, after a shift of 8 for i >= 2), times 2^(6 - 4j) +
+ * 2^(12 - 4j): the magnitude lands at 6..8 and the sign at 15 (copies at 9 and 12..14, masked off), no carries:
+ * a lop3, a multiply and a lop3 */
 template <int I>
 __device__ __forceinline__ uint32_t nvfp4_bf16_pair(uint32_t w) {
-  const uint32_t mag = I <= 1 ? w << (6 - 4 * I) : w >> (4 * I - 6);
-  return (mag & 0x01C001C0u) | ((w << (12 - 4 * I)) & 0x80008000u);
+  constexpr int J = I & 1;
+  const uint32_t x = (I >= 2 ? w >> 8 : w) & (0x000F000Fu << (4 * J));
+  return (x * (0x1040u >> (4 * J))) & 0x81C081C0u;
 }
 __device__ __forceinline__ uint32_t nvfp4_mul_bf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
