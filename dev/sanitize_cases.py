@@ -205,12 +205,15 @@ def main(only):
                                          (2, 27, 129, 4096, bf16, 0), (None, 32, 300, 2048, torch.float16, 0)]:
             bad += w4a16_wrong(L, m, n, k, x_dtype, off, "linear", alpha)
     if section("w4a16 on wgmma"):
-        # W4A16 of M >= 64 on Hopper (csrc/cuda/matmul_sm90.cu: raw 16-bit rows permuted by the producer): fp16 and
-        # bf16 activations, 64- and 128-row tiles with rows past M, split-K, a batch, a dual; M = 40 where forced
+        # W4A16 on Hopper (csrc/cuda/matmul_sm90.cu: raw 16-bit rows permuted by the producer): fp16 and bf16
+        # activations, 32-, 64- and 128-row tiles with rows past M, split-K, a batch, a dual; M < 64 takes the wgmma
+        # kernel where plan.cu's rule says or NVFP4_FORCE_KERNEL=wgmma forces it
         alpha = torch.tensor(-0.5, device=dev)
         for L, m, n, k, x_dtype in [(None, 64, 7, 64, torch.float16), (2, 129, 300, 1024, bf16),
                                     (None, 300, 136, 576, torch.float16), (None, 200, 96, 2048, bf16),
                                     (None, 40, 33, 192, bf16), (None, 130, 300, 320, bf16),
+                                    (None, 1, 129, 256, bf16), (2, 17, 300, 1024, torch.float16),
+                                    (None, 32, 136, 576, bf16),
                                     (None, 176, 36 * 256 - 77, 4352, bf16)]:  # the last: stream-K
             bad += w4a16_wrong(L, m, n, k, x_dtype, 0, "blocked", alpha)
     if section("grouped_mm"):

@@ -11,7 +11,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches
-from helpers import FORCED, gemm_problem, gemv_problem, layouts_for, w4a16_slack
+from helpers import FORCED, gemm_problem, gemv_problem, layouts_for, w4a16_slack, wgmma_built
 
 DTYPES = (torch.float16, torch.bfloat16)
 SHAPES = [(m, n, k) for m, n, k in itertools.product((1, 7, 129), (1, 7, 129), (16, 48, 1040))
@@ -146,8 +146,8 @@ def test_dual_gemm_w4a16(device, gen, m, n, k):
                        "dual w4a16 out=")
 
 
-# M >= 64, K % 64 == 0, rows 16-byte aligned: the wgmma kernel's W4A16 on Hopper (csrc/cuda/plan.cu), w4a16.cu's
-# larger tiles elsewhere. M = 40: a forced wgmma's 64-row tile with rows past M.
+# M > 16, K % 64 == 0, rows 16-byte aligned: the wgmma kernel's W4A16 on Hopper (csrc/cuda/plan.cu), w4a16.cu's
+# larger tiles elsewhere. M = 40: a 64-row tile with rows past M.
 WIDE_SHAPES = [(64, 7, 64), (65, 129, 128), (129, 300, 1024), (200, 64, 2048), (300, 136, 576), (40, 33, 192)]
 
 
@@ -240,8 +240,9 @@ def test_bad_epilogue_arguments(gen):
 @pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17, 24, 32, 33])
 def test_w4a16_decode(device, gen, m):
     """Decode sizes: on a GPU, M <= 32 with K % 128 == 0 takes the GEMV kernel (8 warps share K, loads
-    straight into registers, one, two or four n8 tiles of rows, the warps' sums added at the end); 33 rows,
-    K % 128 == 64, a dual of more than 16 rows or whose two scale layouts differ, the tiled kernels. All against the reference into poisoned outputs, a bias
+    straight into registers, one, two or four n8 tiles of rows, the warps' sums added at the end) where the
+    wgmma kernel does not (Hopper: M > 16, K % 64 == 0); 33 rows, K % 128 == 64, a dual of more than 16 rows or
+    whose two scale layouts differ, the tiled kernels. All against the reference into poisoned outputs, a bias
     and a negative alpha."""
     for n, k in ((300, 4096), (7, 1088), (33, 128)):
         b = random_operand(None, n, k, gen=gen, device=device, layout="linear")
@@ -250,7 +251,9 @@ def test_w4a16_decode(device, gen, m):
             x = activations((m, k), x_dtype, gen, device)
             if device == "cuda" and not FORCED:
                 name = nk.kernel_name("gemm_w4a16", x, b.data, b.sf)
-                assert ("GEMV" in name) == (m <= 32 and k % 128 == 0), name
+                wgmma = wgmma_built() and m > 16 and k % 64 == 0
+                assert name.startswith("wgmma") == wgmma, name
+                assert ("GEMV" in name) == (not wgmma and m <= 32 and k % 128 == 0), name
             out = poisoned((m, n), device, x_dtype)
             nk.gemm_w4a16(x, b.data, b.sf, alpha=-1.5, bias=bias, out=out)
             assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias), f"w4a16 {m}x{n}x{k} {x_dtype}",

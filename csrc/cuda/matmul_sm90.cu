@@ -51,7 +51,7 @@
  * step's tile in by one bulk copy, decoding nothing: the main kernel ~9%
  * faster, the pre-pass ~2 us plus 2.28 bytes per tile byte.
  *
- * 16-bit activations (W4A16, AT = F16 or BF16; M >= 64, plan.cu). The
+ * 16-bit activations (W4A16, AT = F16 or BF16; M > 16, plan.cu). The
  * producer copies each K step's activation rows raw (128 bytes a row,
  * StageCopies16) and permutes them into the weight decoder's K order with one
  * prmt per 32-bit word (produce16): the order above for fp16, pairs {i, i +
@@ -1083,9 +1083,9 @@ bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (dev.major != 9 || dev.minor != 0 || !dev.sm90_code) return false;
   if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
   const bool w4a16 = p.a_type != NVFP4_E2M1;
-  /* W4A16: 16-byte aligned activation rows (no scales), rows > 32 (the 64- and
-   * 128-row tiles only); rows grouped by expert: W4A16 only */
-  if (w4a16 && (p.m <= 32 || !rows_aligned(p.a, 16))) return false;
+  /* W4A16: 16-byte aligned activation rows (no scales); rows grouped by
+   * expert: W4A16 only */
+  if (w4a16 && !rows_aligned(p.a, 16)) return false;
   if (p.offs && !w4a16) return false;
   return (w4a16 || cp_async_ok(p.a)) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
@@ -1098,10 +1098,12 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int pred
                                void *ctx, cudaStream_t stream) {
   const Launch L = plan_launch(problems, count, ws != nullptr, predecode);
   switch (problems[0].a_type) { /* one a_type per call (plan.cu's valid) */
-    case NVFP4_F16: return L.tm == 64 ? launch_tiles<64, NVFP4_F16>(L, nullptr, nullptr, stream)
-                                      : launch_tiles<128, NVFP4_F16>(L, ws, ctx, stream);
-    case NVFP4_BF16: return L.tm == 64 ? launch_tiles<64, NVFP4_BF16>(L, nullptr, nullptr, stream)
-                                       : launch_tiles<128, NVFP4_BF16>(L, ws, ctx, stream);
+    case NVFP4_F16: return L.tm == 32   ? launch_tiles<32, NVFP4_F16>(L, nullptr, nullptr, stream)
+                           : L.tm == 64 ? launch_tiles<64, NVFP4_F16>(L, nullptr, nullptr, stream)
+                                        : launch_tiles<128, NVFP4_F16>(L, ws, ctx, stream);
+    case NVFP4_BF16: return L.tm == 32   ? launch_tiles<32, NVFP4_BF16>(L, nullptr, nullptr, stream)
+                            : L.tm == 64 ? launch_tiles<64, NVFP4_BF16>(L, nullptr, nullptr, stream)
+                                         : launch_tiles<128, NVFP4_BF16>(L, ws, ctx, stream);
     default: break;
   }
   switch (L.tm) {

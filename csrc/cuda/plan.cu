@@ -20,8 +20,9 @@
  * NVFP4_LAUNCH_GROUPS problems.
  *
  * Problems whose activations are 16-bit values (W4A16, a_type), rows grouped
- * by expert (offs) among them, go to the wgmma kernel (Hopper, from 64 rows)
- * or the w4a16 kernel; the other kernels take NVFP4 activations only.
+ * by expert (offs) among them, go to the wgmma kernel (Hopper, from 17 rows;
+ * by expert from 32 an expert) or the w4a16 kernel; the other kernels take
+ * NVFP4 activations only.
  *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
  * (read once): it takes every call it can run, the table the rest.
@@ -82,14 +83,17 @@ bool hopper_wide_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
 bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
 
 /* W4A16 on the wgmma kernel (where matmul_sm90_can_run: Hopper, K % 64 == 0,
- * aligned rows, M > 32) from 64 rows: a Llama-3-8B layer's linears at M =
- * 64 / 256 / 4096 took 0.37 / 0.27 / 0.28x the time of w4a16.cu's 64-row
- * tiles (H200, 2026-11-29). Rows grouped by expert from 64 an expert on
- * average: MoE blocks at T = 4096 went from 0.48x / 0.46x of bf16 grouped_mm
- * (DeepSeek-V3 / Qwen3-30B-A3B, w4a16.cu) to 1.10x / 0.90x (H200,
- * 2026-11-29, fecdef0). M = 33..63 not yet measured. */
+ * aligned rows) from 17 rows, or rows grouped by expert from 32 an expert on
+ * average. A Llama-3-8B / 70B layer's linears (H200, 2026-11-29): M = 20, 24,
+ * 32 took 0.66 / 0.65 / 0.56x the time of w4a16.cu's GEMV (8B; 70B 0.63 /
+ * 0.62 / 0.53x), M = 40..56 0.45-0.56x that of its 64-row tiles; M = 8, 12,
+ * 16 1.22 / 1.04 / 0.99x the GEMV's (70B 1.36 / 1.15 / 1.09x): its 256 x 32
+ * tile's step costs the same at any M. MoE blocks (bench_moe, uniform /
+ * skewed routing, against w4a16.cu's 16-row tiles): Qwen3-30B-A3B T = 512 (32
+ * an expert) 0.76x / 0.58x the time; DeepSeek-V3 T = 512 (16 an expert)
+ * 1.16x / 0.51x, T = 64 1.68x / 1.30x; T = 4096 (fecdef0) 0.44x / 0.51x. */
 bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) {
-  return p.a_type != NVFP4_E2M1 && p.m >= 64 * (p.offs ? p.batch : 1);
+  return p.a_type != NVFP4_E2M1 && (p.offs ? p.m >= 32 * p.batch : p.m > 16);
 }
 
 struct Rule {
@@ -101,7 +105,7 @@ struct Rule {
 
 /* The table. */
 constexpr Rule RULES[] = {
-    /* 16-bit activations (W4A16): wgmma on Hopper from 64 rows, else mma.sync (every sm_80+ GPU) */
+    /* 16-bit activations (W4A16): wgmma on Hopper from 17 rows, else mma.sync (every sm_80+ GPU) */
     {Kernel::WGMMA, View::GIVEN, true, w4a16_wgmma_pays},
     {Kernel::W4A16, View::GIVEN, true, always},
     /* the gemv op, a gemm of <= 8 weight rows: the weights' bytes decide, streamed once by a GEMV */
