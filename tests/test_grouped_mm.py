@@ -62,8 +62,8 @@ CASES = [  # (group sizes, T, N, K, scale layout, gated)
     ([40, 0, 0, 33, 70], 150, 96, 272, "linear", False),
     ([0, 0, 0], 5, 32, 64, "linear", False),          # no rows at all
     ([2, 5], 7, 300, 2048, "linear", False),          # long K over few tiles: CTAs share K on a GPU
-    ([130, 3, 0, 60, 0, 0, 0], 193, 128, 512, "blocked", True),  # 64-row tiles
-    # 32 rows an expert or more, K % 64 == 0: the wgmma kernel's 128-row tiles on Hopper (plan.cu)
+    ([130, 3, 0, 60], 193, 128, 528, "blocked", True),  # 64-row tiles (K % 64 != 0: not wgmma)
+    # 16 rows an expert or more, K % 64 == 0: the wgmma kernel's 128-row tiles on Hopper (plan.cu)
     ([130, 0, 70, 200], 410, 96, 256, "linear", False),  # 10 rows past the last expert
     ([0, 300, 0], 300, 136, 192, "linear", True),         # one expert takes every row
     ([64, 65, 63, 0, 129], 330, 128, 512, "blocked", True),
@@ -89,9 +89,9 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
                                 out=out.new_full(out.shape, float("nan")))
     rows = int(offs[-1])
     assert torch.isnan(out[rows:].float()).all(), "rows past the last expert were written"
-    if device == "cuda":  # the planner's rule (plan.cu): wgmma from 32 rows an expert, where it can run
+    if device == "cuda":  # the planner's rule (plan.cu): wgmma from 16 rows an expert, where it can run
         name = nk.kernel_name("grouped_mm_gated" if gated else "grouped_mm", x, w.data, w.sf, offs)
-        wgmma = wgmma_built() and k % 64 == 0 and (t >= 32 * e or FORCED == "wgmma")
+        wgmma = wgmma_built() and k % 64 == 0 and (t >= 16 * e or FORCED == "wgmma")
         assert name.startswith("wgmma" if wgmma else "w4a16") and "rows by expert" in name, name
     assert_matches(out[:rows], want[:rows], f"grouped_mm {case}", slack=slack(x, w.data, w.sf, offs, alphas, alphas2,
                                                                              gated)[:rows])
@@ -116,7 +116,7 @@ def test_graph_replays_new_routings(gen, e, t, n, k, routings):
     offs = routing([t // e] * e, "cuda")
     alphas = (torch.rand(e, generator=gen) + 0.5).cuda()
     name = nk.kernel_name("grouped_mm_gated", x, w.data, w.sf, offs)
-    wgmma = wgmma_built() and (t >= 32 * e or FORCED == "wgmma")
+    wgmma = wgmma_built() and (t >= 16 * e or FORCED == "wgmma")
     assert "rows by expert" in name and name.startswith("wgmma" if wgmma else "w4a16"), name
     nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True)  # warm-up outside the capture
     torch.cuda.synchronize()

@@ -21,7 +21,7 @@
  *
  * Problems whose activations are 16-bit values (W4A16, a_type), rows grouped
  * by expert (offs) among them, go to the wgmma kernel (Hopper, from 17 rows;
- * by expert from 32 an expert) or the w4a16 kernel; the other kernels take
+ * by expert from 16 an expert) or the w4a16 kernel; the other kernels take
  * NVFP4 activations only.
  *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
@@ -83,7 +83,7 @@ bool hopper_wide_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
 bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
 
 /* W4A16 on the wgmma kernel (where matmul_sm90_can_run: Hopper, K % 64 == 0,
- * aligned rows) from 17 rows, or rows grouped by expert from 32 an expert on
+ * aligned rows) from 17 rows, or rows grouped by expert from 16 an expert on
  * average. A Llama-3-8B / 70B layer's linears (H200, 2026-11-29): M = 20, 24,
  * 32 took 0.66 / 0.65 / 0.56x the time of w4a16.cu's GEMV (8B; 70B 0.63 /
  * 0.62 / 0.53x), M = 40..56 0.45-0.56x that of its 64-row tiles; M = 8, 12,
@@ -91,9 +91,11 @@ bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
  * tile's step costs the same at any M. MoE blocks (bench_moe, uniform /
  * skewed routing, against w4a16.cu's 16-row tiles): Qwen3-30B-A3B T = 512 (32
  * an expert) 0.76x / 0.58x the time; DeepSeek-V3 T = 512 (16 an expert)
- * 1.16x / 0.51x, T = 64 1.68x / 1.30x; T = 4096 (fecdef0) 0.44x / 0.51x. */
+ * 1.16x / 0.51x (the 16-row tiles decode a busy expert's weights once per 16
+ * of its rows: 0.56x of bf16 skewed, wgmma 1.13x), T = 64 1.68x / 1.30x; T =
+ * 4096 (fecdef0) 0.44x / 0.51x. */
 bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) {
-  return p.a_type != NVFP4_E2M1 && (p.offs ? p.m >= 32 * p.batch : p.m > 16);
+  return p.a_type != NVFP4_E2M1 && (p.offs ? p.m >= 16 * p.batch : p.m > 16);
 }
 
 struct Rule {
