@@ -1064,9 +1064,15 @@ cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, c
 
 int sm90::max_clusters(bool dual, int tm, int split, const DeviceInfo &dev, bool w4a16) {
   if (w4a16) /* the larger raw ring (Layout): its own occupancy */
-    return tm == 64 ? (dual ? max_clusters_of<true, 64, NVFP4_F16>(split, dev) : max_clusters_of<false, 64, NVFP4_F16>(split, dev))
-                    : (dual ? max_clusters_of<true, 128, NVFP4_F16>(split, dev)
-                            : max_clusters_of<false, 128, NVFP4_F16>(split, dev));
+    switch (tm) {
+      case 32:
+        return dual ? max_clusters_of<true, 32, NVFP4_F16>(split, dev) : max_clusters_of<false, 32, NVFP4_F16>(split, dev);
+      case 64:
+        return dual ? max_clusters_of<true, 64, NVFP4_F16>(split, dev) : max_clusters_of<false, 64, NVFP4_F16>(split, dev);
+      default:
+        return dual ? max_clusters_of<true, 128, NVFP4_F16>(split, dev)
+                    : max_clusters_of<false, 128, NVFP4_F16>(split, dev);
+    }
   switch (tm) {
     case 32: return dual ? max_clusters_of<true, 32>(split, dev) : max_clusters_of<false, 32>(split, dev);
     case 64: return dual ? max_clusters_of<true, 64>(split, dev) : max_clusters_of<false, 64>(split, dev);

@@ -204,8 +204,8 @@ __device__ __forceinline__ void nvfp4_act_half(const uint32_t (&w)[2 * BPT], int
  * kernel's sums carry 2^-7 (NVFP4_TC_UNSCALE_BF16 = 2^7, bf16 fragments times
  * 16-bit activations: one decoded operand). Pairs {i, i + 4} (not the fp16
  * decoder's): both codes of a pair sit 16 bits apart in the word, so one
- * shift places both magnitudes and one both signs, no prmt to gather them:
- * ~19 instructions per 8 codes with the multiplies (sm_90a SASS). */
+ * multiply places both magnitudes and both signs, no prmt to gather them:
+ * ~17 instructions per 8 codes with the scales' multiplies (sm_90a SASS). */
 #define NVFP4_TC_UNSCALE_BF16 128.0f /* 2^7 */
 /* codes i, i + 4 of w as bf16 bits: magnitude bits 4i..4i+2 to 6..8, sign 4i+3 to 15 (+ 16: code i + 4). The
  * pair's two nibbles alone (at bits 4j, 4j + 16, j = i % 2, after a shift of 8 for i >= 2), times 2^(6 - 4j) +

@@ -25,7 +25,7 @@
  * own peak): compute-bound. Per warp and K step of 64 (128 weight rows a
  * CTA, all 8 n8 tiles), estimated from the source: 64 mma m16n8k16; the
  * weights' decode, 8 words of 8 codes a thread (~13 instructions each,
- * numerics.cuh; bf16 ~19: codes placed as bf16 bits times the scale) and
+ * numerics.cuh; bf16 ~17: codes placed as bf16 bits times the scale) and
  * their scales, ~125 (fp16) to ~175 (bf16); the activation fragments, 8 x (2
  * ld.shared.v4 + 8 prmt) = 80; the copies ~50 (inside K a thread's chunk
  * sizes are fixed; a last partial step computes them): ~4.5 (fp16) to ~5
