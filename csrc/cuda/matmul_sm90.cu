@@ -45,11 +45,12 @@
  * through distributed shared memory in rank order: deterministic, no
  * workspace, no extra launch.
  *
- * Pre-decoded activations (PRE, 128-row tiles of launches of whole tiles, a
- * workspace given; Predecoded): a pre-pass kernel decodes every activation
- * tile once into fp16 tiles in the workspace and the producer brings each K
- * step's tile in by one bulk copy, decoding nothing: the main kernel ~9%
- * faster, the pre-pass ~2 us plus 2.28 bytes per tile byte.
+ * Pre-decoded activations (PRE, 128-row tiles, a workspace given, no
+ * stream-K; Predecoded; fp4 ones where predecode_pays, 16-bit ones of duals):
+ * a pre-pass kernel decodes (or permutes) every activation tile once into
+ * 16-bit tiles in the workspace and the producer brings each K step's tile
+ * in by one bulk copy, decoding nothing: the main kernel ~9% faster, the
+ * pre-pass ~2 us plus 2.28 bytes per tile byte.
  *
  * 16-bit activations (W4A16, AT = F16 or BF16; M > 16, plan.cu). The
  * producer copies each K step's activation rows raw (128 bytes a row,
@@ -59,7 +60,8 @@
  * w4a16.cu's fragments use. The consumers
  * decode the weights into the activations' type, exactly: fp16 fragments
  * carry value * scale * 2^-6, bf16 ones 2^-7 (numerics.cuh), which the
- * epilogue takes back with alpha (tc_unscale). No pre-pass. Rows grouped by
+ * epilogue takes back with alpha (tc_unscale). Duals' tiles are pre-decoded
+ * (the pre-pass permutes them the same way). Rows grouped by
  * expert (an MoE's, offs): one CTA per tile of a bound on the (expert, 128
  * rows) tiles (expert_tile, common.cuh), found once into shared memory; split
  * 1, no stream-K; the spare tiles return at once.
@@ -122,10 +124,11 @@ __host__ __device__ constexpr int a16_chunk(int r, int c) { return r * 128 + 16 
  * activation rows past the end (a tile's padding, M < TM) are neither copied
  * nor decoded: their columns of the fp16 tile keep whatever they held, and
  * the products of either land only in outputs that are never stored.
- * ACT = false (the pre-decoded launches): the weights and their scales only. */
-template <bool DUAL, int TM, bool PAD, bool ACT = true>
+ * ACT = false (the pre-decoded launches): the weights and their scales only,
+ * at their places in the stage of W16's layout (16-bit activations). */
+template <bool DUAL, int TM, bool PAD, bool ACT = true, bool W16 = false>
 struct StageCopies {
-  using L = Layout<TM>;
+  using L = Layout<TM, W16>;
   static constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
   const uint8_t *a_src[A_COPIES], *b_src[4], *sa_src, *sb_src[2];
   int sa_step, sb_step[2], kbeg, r, half, pr;
@@ -283,10 +286,12 @@ __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
 #endif
 
 /* The pre-pass: CTA i decodes blocks i, i + gridDim.x, ...; thread r row r
- * (reads 32 fp4 bytes and 4 scale bytes, decodes as the producer does) into
- * a 16 KB tile in shared memory, which one bulk copy writes out whole (each
+ * (reads 32 fp4 bytes and 4 scale bytes, decodes as the producer does; 16-bit
+ * activations: reads 128 bytes and permutes them as produce16 does) into a
+ * 16 KB tile in shared memory, which one bulk copy writes out whole (each
  * thread storing its own row to global memory, a warp's 16-byte stores 32
  * rows of 128 bytes apart, ran at ~0.8 TB/s). */
+template <int AT>
 __global__ void __launch_bounds__(PRE_THREADS, 8)
     act_predecode_kernel(const __grid_constant__ MatmulTable t, const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
@@ -304,7 +309,23 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
     const int ks = b % ksteps, tm = b / ksteps, l = tm / tiles_m;
     const int64_t m = (int64_t)(tm % tiles_m) * 128 + r;
     uint4 out[8] = {}; /* chunk c; rows past M stay zero */
-    if (m < p.m) {
+    if (m < p.m && AT != NVFP4_E2M1) {
+      /* natural chunk 2q + h (8 values) -> word q of tile chunks 2i + h (nvfp4_act16_words) */
+      const uint8_t *row = p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 128;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint32_t d[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          uint32_t w[4];
+          nvfp4_act16_words<AT == NVFP4_BF16>(__ldg(reinterpret_cast<const uint4 *>(row + 16 * (2 * q + h))), w);
+#pragma unroll
+          for (int i = 0; i < 4; i++) d[i][q] = w[i];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[2 * i + h] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
+      }
+    } else if (m < p.m) {
       const uint8_t *row = p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 32;
       const uint4 c0 = __ldg(reinterpret_cast<const uint4 *>(row)), c1 = __ldg(reinterpret_cast<const uint4 *>(row + 16));
       const uint32_t sf = __ldg(reinterpret_cast<const uint32_t *>(
@@ -422,7 +443,6 @@ __global__ void __launch_bounds__(THREADS, 1)
                        const __grid_constant__ StreamKT<SK ? SK_MAX_CTAS : 0> sk,
                        const __grid_constant__ Predecoded pre) {
 #if NVFP4_SM90A
-  static_assert(!PRE || AT == NVFP4_E2M1, "16-bit activations are not pre-decoded");
   using L = Layout<TM, AT != NVFP4_E2M1>;
   constexpr int STAGES = L::STAGES, A16_BYTES = L::A16_BYTES, RAW_BASE = L::RAW_BASE, STAGE_BYTES = L::STAGE_BYTES;
   constexpr int RAW_A = L::RAW_A, RAW_B = L::RAW_B, RAW_SFA = L::RAW_SFA, RAW_SFB = L::RAW_SFB;
@@ -708,7 +728,7 @@ __global__ void __launch_bounds__(THREADS, 1)
        * the refill of step j-1's raw slot after step j's tile copy, as in
        * the decoding loop. */
       auto produce_pre = [&] {
-        const StageCopies<DUAL, TM, false, false> copies(p, l, n0, m0, kbeg, tid);
+        const StageCopies<DUAL, TM, false, false, AT != NVFP4_E2M1> copies(p, l, n0, m0, kbeg, tid);
         auto load = [&](int slot, int ks) {
           copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot));
         };
@@ -736,12 +756,12 @@ __global__ void __launch_bounds__(THREADS, 1)
       };
       /* not in the stream-K kernel and the dual's 64-row tile: there the
        * second loop made every tile 1-3% slower and the padded ones no faster */
-      if constexpr (AT != NVFP4_E2M1) {
+      if constexpr (PRE) produce_pre();
+      else if constexpr (AT != NVFP4_E2M1) {
         if constexpr (SK || (DUAL && TM == 64)) produce16(std::false_type{});
         else if (m0 + TM <= m_end_of(p)) produce16(std::false_type{});
         else produce16(std::true_type{});
-      } else if constexpr (PRE) produce_pre();
-      else if constexpr (SK || (DUAL && TM == 64)) produce(std::false_type{});
+      } else if constexpr (SK || (DUAL && TM == 64)) produce(std::false_type{});
       else if (m0 + TM <= p.m) produce(std::false_type{});
       else produce(std::true_type{});
       NVFP4_TRACE_POINT(tid == 0, 3);
@@ -997,6 +1017,7 @@ cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const S
 /* The pre-pass over pre.blk[t.count] blocks: CTAs of PRE_THREADS and a 16 KB
  * tile, 8 per SM (a wave: every CTA starts at once and lets the main
  * kernel launch). */
+template <int AT>
 cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)std::min<int64_t>(pre.blk[t.count], 8 * (int64_t)device_info().sms));
@@ -1006,7 +1027,7 @@ cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaSt
   cudaLaunchAttribute attr[1] = {pdl_attribute()};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, act_predecode_kernel, t, pre);
+  return cudaLaunchKernelEx(&cfg, act_predecode_kernel<AT>, t, pre);
 }
 
 /* Pre-decoded and stream-K where the plan says so and the caller gives the
@@ -1025,7 +1046,7 @@ cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, c
   if (ws && L.a16_bytes()) {
     pre.a16 = static_cast<uint8_t *>(ws);
     for (int g = 0; g <= t.count; g++) pre.blk[g] = L.a16_blk[g];
-    const cudaError_t e = launch_predecode(t, pre, stream);
+    const cudaError_t e = launch_predecode<AT>(t, pre, stream);
     if (e != cudaSuccess) return e;
   }
   if (ws && L.cover.sk_ctas) {
@@ -1039,10 +1060,14 @@ cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, c
   }
   const int64_t ctas = sk.ctas ? sk.ctas : tiles * L.cover.split;
   const int split = sk.ctas ? 1 : L.cover.split;
-  if constexpr (AT != NVFP4_E2M1) { /* no pre-pass (plan_launch) */
+  if constexpr (AT != NVFP4_E2M1) { /* pre-decoded without stream-K only (plan_launch) */
     if (TM == 128 && sk.ctas)
       return dual ? launch_kernel<true, TM, true, false, AT>(t, ctas, split, sk, pre, stream)
                   : launch_kernel<false, TM, true, false, AT>(t, ctas, split, sk, pre, stream);
+    if constexpr (TM == 128)
+      if (pre.a16)
+        return dual ? launch_kernel<true, TM, false, true, AT>(t, ctas, split, sk, pre, stream)
+                    : launch_kernel<false, TM, false, true, AT>(t, ctas, split, sk, pre, stream);
     return dual ? launch_kernel<true, TM, false, false, AT>(t, ctas, split, sk, pre, stream)
                 : launch_kernel<false, TM, false, false, AT>(t, ctas, split, sk, pre, stream);
   }
