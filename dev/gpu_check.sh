@@ -55,12 +55,12 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
   san_line=""
   # each tool as the planner picks, then with kernels forced (NVFP4_FORCE_KERNEL): every
-  # 128-row wgmma launch pre-decoded, the mma.sync kernel everywhere in 64 x 64 tiles.
+  # 128-row wgmma launch without the pre-pass, the mma.sync kernel everywhere in 64 x 64 tiles.
   # memcheck runs all parts in one process; racecheck, ten times slower, one process per part
   # (dev/sanitize_cases.py PART), all at once over the cores.
   mapfile -t plist < <(PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} python3 dev/sanitize_cases.py --list)
   jobs="$OUT/sanitize_jobs.txt"; : >"$jobs"
-  for force in ${SANITIZE_FORCES:-auto wgmma:predecode mma:wk4}; do
+  for force in ${SANITIZE_FORCES:-auto wgmma:decode mma:wk4}; do
     echo "memcheck|$force|" >>"$jobs"
     for part in "${plist[@]}"; do echo "racecheck|$force|$part" >>"$jobs"; done
   done

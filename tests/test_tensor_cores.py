@@ -563,14 +563,13 @@ def test_stream_k(gen, op, L):
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
 @pytest.mark.parametrize("op,L,m,n,k", [("gemm", 2, 1000, 16381, 4096), ("dual", None, 500, 4000, 8192)])
 def test_predecoded(gen, op, L, m, n, k):
-    """Whole tiles for every multiprocessor (no split-K) and many K steps per
-    CTA against few activation bytes: the cost model has the 128-row launch
-    pre-decode its activations (act_predecode_kernel writes
-    every fp16 tile to the workspace, zeros in the rows past M; the main
-    kernel brings a tile in per K step by one bulk copy; matmul_sm90.cu,
-    Predecoded). Tails in M and N, batched, both scale layouts. (test_kernels
-    runs this file with the pre-pass forced: every 128-row case both ways.)"""
-    pre = True
+    """A 128-row launch with a workspace and >= 32 K steps a CTA (64 and 128
+    here) pre-decodes its activations (act_predecode_kernel writes every fp16
+    tile to the workspace, zeros in the rows past M; the main kernel brings a
+    tile in per K step by one bulk copy; matmul_sm90.cu, Predecoded). Tails in
+    M and N, batched, both scale layouts. (test_kernels runs this file with
+    the pre-pass forced off, wgmma:decode: every 128-row case both ways.)"""
+    pre = os.environ.get("NVFP4_FORCE_KERNEL") != "wgmma:decode"
     a, b1 = gemm_problem(L, m, n, k, gen, "cuda", ("blocked", "linear"))
     b2 = random_operand(L, n, k, gen=gen, device="cuda", layout="linear")
     out = poisoned(((L,) if L else ()) + (m, n), "cuda")
@@ -592,7 +591,7 @@ def test_group_predecoded(gen):
     On a 132-SM GPU the launch must be that: the pre-pass and the main kernel
     without stream-K. Every GPU: right against the reference, into poisoned
     outputs."""
-    pre = True
+    pre = os.environ.get("NVFP4_FORCE_KERNEL") != "wgmma:decode"
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sizes = [231, 58, 321, 354, 194, 88, 191, 319]
     probs = [gemm_problem(None, m, 7168, 4096, gen, "cuda", ("blocked", "linear")) for m in sizes]

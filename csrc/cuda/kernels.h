@@ -42,12 +42,12 @@ cudaError_t skinny_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ct
 /* The tile kernels take up to NVFP4_LAUNCH_GROUPS problems per launch (all
  * dual or all not); empty problems get no tiles. */
 bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
-/* predecode: 1 pre-decodes the activations wherever the 128-row tile allows
- * (a test's forced variant); 0 where the cost model says. The describe
+/* no_pre: 1 never pre-decodes the activations (a test's forced variant: the
+ * producer's decoding path); 0 where the plan says. The describe
  * functions write a launch's configuration as a short phrase into `what`. */
-cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int predecode, nvfp4_workspace_fn ws,
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int no_pre, nvfp4_workspace_fn ws,
                                void *ctx, cudaStream_t stream);
-void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int predecode, bool workspace, char *what,
+void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int no_pre, bool workspace, char *what,
                           size_t len);
 
 bool matmul_mma_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);

@@ -44,8 +44,8 @@
  * through distributed shared memory in rank order: deterministic, no
  * workspace, no extra launch.
  *
- * Pre-decoded activations (PRE, 128-row tiles, a workspace given, no
- * stream-K; Predecoded; fp4 ones where predecode_pays, 16-bit ones of duals):
+ * Pre-decoded activations (PRE: 128-row launches with a workspace and at
+ * least 32 K steps a CTA, plan_launch; 16-bit ones not with stream-K):
  * a pre-pass kernel decodes (or permutes) every activation tile once into
  * 16-bit tiles in the workspace and the producer brings each K step's tile
  * in by one bulk copy, decoding nothing: the main kernel ~9% faster, the
@@ -59,8 +59,8 @@
  * w4a16.cu's fragments use. The consumers
  * decode the weights into the activations' type, exactly: fp16 fragments
  * carry value * scale * 2^-6, bf16 ones 2^-7 (numerics.cuh), which the
- * epilogue takes back with alpha (tc_unscale). Duals' tiles are pre-decoded
- * (the pre-pass permutes them the same way). Rows grouped by
+ * epilogue takes back with alpha (tc_unscale). Where pre-decoded (PRE), the
+ * pre-pass permutes them the same way. Rows grouped by
  * expert (an MoE's, offs): one CTA per tile of a bound on the (expert, 128
  * rows) tiles (expert_tile, common.cuh), found once into shared memory; split
  * 1, no stream-K; the spare tiles return at once.
@@ -1202,9 +1202,9 @@ bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
  * matmul_sm90_can_run. One launch (two with the pre-pass); empty problems get
  * no tiles. `ws` (may be nullptr) is asked for the workspace where the plan
  * pre-decodes or runs stream-K. */
-cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int predecode, nvfp4_workspace_fn ws,
+cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int no_pre, nvfp4_workspace_fn ws,
                                void *ctx, cudaStream_t stream) {
-  const Launch L = plan_launch(problems, count, ws != nullptr, predecode);
+  const Launch L = plan_launch(problems, count, ws != nullptr, no_pre);
   switch (problems[0].a_type) { /* one a_type per call (plan.cu's valid) */
     case NVFP4_F16: return L.tm == 32   ? launch_tiles<32, NVFP4_F16>(L, nullptr, nullptr, stream)
                            : L.tm == 64 ? launch_tiles<64, NVFP4_F16>(L, nullptr, nullptr, stream)
@@ -1221,9 +1221,9 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int pred
   }
 }
 
-void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int predecode, bool workspace, char *what,
+void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int no_pre, bool workspace, char *what,
                           size_t len) {
-  const Launch L = plan_launch(problems, count, workspace, predecode);
+  const Launch L = plan_launch(problems, count, workspace, no_pre);
   char split[48] = "";
   if (L.cover.sk_ctas) std::snprintf(split, sizeof split, ", stream-K over %d CTAs", L.cover.sk_ctas);
   else if (L.cover.split > 1) std::snprintf(split, sizeof split, ", split-K %d", L.cover.split);

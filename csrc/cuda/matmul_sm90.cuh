@@ -133,9 +133,9 @@ struct Launch {
   size_t workspace() const { return (size_t)a16_bytes() + (cover.sk_ctas ? sk_workspace_bytes(cover.sk_ctas, tm) : 0); }
 };
 
-/* predecode = 1: the pre-pass wherever a workspace is given (a test's forced
- * variant); 0: where the cost model expects it to pay. */
-Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int predecode);
+/* no_pre = 1: no pre-pass (a test's forced variant); 0: the pre-pass where
+ * the plan's rule takes it. */
+Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int no_pre);
 
 /* sk.start[0 .. sk.ctas] of a stream-K launch (matmul_sm90_plan.cu). */
 void sk_ranges(const Launch &launch, StreamK &sk);

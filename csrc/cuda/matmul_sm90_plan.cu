@@ -13,16 +13,14 @@
 namespace sm90 {
 namespace {
 
-/* Whether pre-decoding (Predecoded) pays, in K steps of one CTA (~0.9 us on
- * an H100): the main kernel's steps take ~9% less time (8.5-10.7% on 10
- * shapes, H100); the pre-pass takes ~2 steps plus its
- * traffic, 2.28 bytes per byte of fp16 tiles (fp4 and scales read, fp16
- * written) at ~2.9 TB/s: one step per 2.13 MB of tiles. Chosen where the
- * saving exceeds the cost by 25%, and only for launches of whole tiles (no
- * split-K or stream-K): with either, calls back to back (the competition's
- * loop) measured 2-10% slower pre-decoded, even where one call alone was
- * faster. */
+/* The cover's credit for pre-decoding (Predecoded) a split-1 launch, in K
+ * steps of one CTA (~0.9 us on an H100): its steps ~9% shorter (8.5-10.7% on
+ * 10 shapes, H100, the serial K loop), against the pre-pass's ~2 steps plus
+ * its traffic, 2.28 bytes per byte of fp16 tiles (fp4 and scales read, fp16
+ * written) at ~2.9 TB/s: one step per 2.13 MB of tiles; counted where the
+ * saving exceeds the cost by 25%. (Whether the pre-pass runs: plan_launch.) */
 constexpr double PRE_STEP_SAVING = 0.09;
+constexpr double PRE_MIN_STEPS = 32.0; /* plan_launch */
 inline bool predecode_pays(double cta_steps, double a16_bytes) {
   return PRE_STEP_SAVING * cta_steps > 1.25 * (2.2 + a16_bytes / 2.13e6);
 }
@@ -112,7 +110,7 @@ int tile_rows(const nvfp4_matmul *problems, int count) {
 
 }  // namespace
 
-Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int predecode) {
+Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int no_pre) {
   Launch L;
   L.tm = tile_rows(problems, count);
   L.dual = problems[0].b2.data != nullptr;
@@ -139,11 +137,7 @@ Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int 
     sk_ok = sk_ok && (!problems[g].m || !problems[g].n || !problems[g].batch || problems[g].k / KSTEP == ksteps);
   int64_t blocks = 0; /* the fp16 tiles of problems with tiles, where a pre-pass may write them */
   const bool w4a16 = problems[0].a_type != NVFP4_E2M1;
-  /* 16-bit activations pre-decoded: duals, wherever the 128-row tile has a
-   * workspace and no stream-K (Llama-3 8B / 70B gate_up, H200: 3-16% faster
-   * at M = 128 to 1024; gemms forced: -9% to +10%, not theirs) */
-  const bool pre_dual = w4a16 && L.dual;
-  bool pre_ok = ws_ok && (!w4a16 || pre_dual || predecode == 1);
+  bool pre_ok = ws_ok && !no_pre;
   for (int g = 0; pre_ok && g < count; g++) {
     const nvfp4_matmul &p = problems[g];
     L.a16_blk[g] = (int32_t)blocks;
@@ -154,10 +148,15 @@ Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int 
   if (sk_ok) L.sk_cost = sk_cost(L.t, (int)ksteps);
   const double sk_steps = sk_ok ? (double)L.sk_cost / 50.0 : (double)(tiles * ksteps);
   L.cover = choose_cover(L.dual, tm, tiles, ksteps, sk_steps, pre_bytes, sk_ok, device_info(), w4a16);
-  if (!pre_ok || (w4a16 && L.cover.sk_ctas)) return L; /* 16-bit activations: not with stream-K */
-  const bool whole_tiles = L.cover.split == 1 && !L.cover.sk_ctas;
-  if (predecode == 1 || pre_dual || (whole_tiles && predecode_pays(L.cover.steps, pre_bytes)))
-    L.a16_blk[count] = (int32_t)blocks;
+  /* Pre-decoded where a CTA runs at least PRE_MIN_STEPS (16-bit activations:
+   * not with stream-K). H200, the consumers' HALVES loop, pre-decoded against
+   * not (one run): Llama-3 8B / 70B linears at M = 128..1024 (CUDA graphs of
+   * calls on rotated weights) 5-23% faster at 32-224 steps a CTA, 8-11% at
+   * 11-16; the competition's calls back to back (t_loop) at 64 steps 5%
+   * faster, 32 within 5%, but 8-15 steps 2-20% slower (gemm 128 x 7168 x
+   * 2048 16.5 -> 18.3 us, group [128, 384] x 4096 x 1536 20.0 -> 24.1). */
+  if (!pre_ok || (w4a16 && L.cover.sk_ctas) || L.cover.steps < PRE_MIN_STEPS) return L;
+  L.a16_blk[count] = (int32_t)blocks;
   return L;
 }
 

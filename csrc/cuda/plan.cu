@@ -26,8 +26,8 @@
  *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
  * (read once): it takes every call it can run, the table the rest.
- *   gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt; wgmma:predecode (the
- *   pre-pass wherever the 128-row tile allows); mma:wk1, mma:wk4 (its CTA shape).
+ *   gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt; wgmma:decode (no
+ *   pre-pass: the producer decodes); mma:wk1, mma:wk4 (its CTA shape).
  */
 #include <algorithm>
 #include <cstdio>
@@ -165,8 +165,8 @@ bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
 bool is_gemv(Kernel k) { return k == Kernel::GEMV_DP4A || k == Kernel::GEMV_MMA; }
 bool is_tile(Kernel k) { return k == Kernel::W4A16 || k == Kernel::WGMMA || k == Kernel::MMA || k == Kernel::SIMT; }
 
-/* NVFP4_FORCE_KERNEL (tests): the kernel, and its option (wgmma: predecode
- * 1; mma: its WK). Unknown names force nothing. */
+/* NVFP4_FORCE_KERNEL (tests): the kernel, and its option (wgmma: decode,
+ * no pre-pass, 1; mma: its WK). Unknown names force nothing. */
 struct Forced {
   Kernel kernel = Kernel::NONE;
   int option = 0;
@@ -181,7 +181,7 @@ const Forced &forced() {
     const size_t n = colon ? (size_t)(colon - e) : std::strlen(e);
     for (int k = 0; k < (int)Kernel::NONE; k++)
       if (std::strlen(KERNEL_NAMES[k]) == n && !std::strncmp(e, KERNEL_NAMES[k], n)) r.kernel = (Kernel)k;
-    if (colon && r.kernel == Kernel::WGMMA && !std::strcmp(colon + 1, "predecode")) r.option = 1;
+    if (colon && r.kernel == Kernel::WGMMA && !std::strcmp(colon + 1, "decode")) r.option = 1;
     if (colon && r.kernel == Kernel::MMA && !std::strcmp(colon + 1, "wk1")) r.option = 1;
     if (colon && r.kernel == Kernel::MMA && !std::strcmp(colon + 1, "wk4")) r.option = 4;
     return r;
