@@ -866,6 +866,15 @@ __global__ void __launch_bounds__(THREADS, 1)
           for (int s = 0; s < 4; s++)
             wgmma_rs<N, AT == NVFP4_BF16>(*reinterpret_cast<float(*)[N / 2]>(&acc[hf][0]), f[s], desc + 2 * s);
         };
+        /* step j's 8 wgmma on both halves' fragments, committed as one group */
+        auto mmas_step = [&](const uint32_t(&f)[2][4][4], int j) {
+          a16_ready(j);
+          wgmma_fence();
+          mmas(f[0], 0, j);
+          mmas(f[1], 1, j);
+          wgmma_commit();
+          NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
+        };
         auto release = [&](int j) {
           if (lane == 0) mbar_arrive(bar(BAR_A16_EMPTY + ((g0 + j) & (NA16 - 1))));
         };
@@ -895,12 +904,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           uint32_t fa[2][4][4], fb[2][4][4];
           if (steps > 0) load_decode(fa);
           auto step = [&](const uint32_t(&cur)[2][4][4], uint32_t(&next)[2][4][4], int j) {
-            a16_ready(j);
-            wgmma_fence();
-            mmas(cur[0], 0, j);
-            mmas(cur[1], 1, j);
-            wgmma_commit();
-            NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
+            mmas_step(cur, j);
             wgmma_wait<1>(); /* step j - 1's group: its set (next) and activation tile free */
             if (j >= 1) release(j - 1);
             if (j + 1 < steps) load_decode(next);
@@ -915,12 +919,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           for (int j = 0; j < steps; j++) {
             uint32_t f[2][4][4];
             load_decode(f);
-            a16_ready(j);
-            wgmma_fence();
-            mmas(f[0], 0, j);
-            mmas(f[1], 1, j);
-            wgmma_commit();
-            NVFP4_TRACE_POINT(tid == 128 && j == 0, 4);
+            mmas_step(f, j);
             wgmma_wait<0>();
             release(j);
           }
