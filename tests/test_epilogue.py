@@ -273,6 +273,28 @@ def test_w4a16_decode(device, gen, m):
                        slack=w4a16_slack(x, b1.data, b1.sf, 0.5, b2.data, b2.sf, -2.0))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GEMV's two instances are CUDA's")
+@pytest.mark.parametrize("m", [1, 5, 8])
+def test_w4a16_decode_waves(gen, m):
+    """The W4A16 GEMV of one matrix and <= 8 rows comes in two instances, 2 CTAs an SM (4 steps of weights in
+    flight) and 3 (2 steps, 80 registers); the plan takes the second where its CTAs need fewer waves: 2 * SMs + 4
+    column tiles (the last one 5 columns wide) take it, SMs tiles do not. Both against the reference into
+    poisoned outputs, with rows past M and N in the tiles."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for tiles, three in ((2 * sms + 4, True), (sms, False)):
+        n, k = 16 * (tiles - 1) + 5, 256
+        for layout in ("linear", "blocked"):
+            b = random_operand(None, n, k, gen=gen, device="cuda", layout=layout)
+            x = activations((m, k), torch.bfloat16, gen, "cuda")
+            if not FORCED:
+                name = nk.kernel_name("gemm_w4a16", x, b.data, b.sf)
+                assert ("3 CTAs an SM" in name) == three, name
+            out = poisoned((m, n), "cuda", torch.bfloat16)
+            nk.gemm_w4a16(x, b.data, b.sf, alpha=0.75, out=out)
+            assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, 0.75), f"w4a16 {m}x{n}x{k} {layout}",
+                           slack=w4a16_slack(x, b.data, b.sf, 0.75))
+
+
 def test_kernel_name_w4a16(gen):
     b = random_operand(None, 5, 32, gen=gen)
     x = torch.randn(2, 3, 32, dtype=torch.float16)

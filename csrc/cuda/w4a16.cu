@@ -568,10 +568,16 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * all NT activation fragments, loaded from global memory straight into
  * registers, weights 2 or 4 steps ahead (gemv_depth) and activations (L2
  * hits) a step (NT = 1) or half a step (NT = 2, 4) ahead, 32 or 64 registers:
- * no shared memory, no barrier and no copy bookkeeping in the loop, ~260
- * instructions a warp, step of 128 and m16 tile (bf16, NT = 1; ~210 fp16),
- * 0.13 a weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both
- * from the SASS, sm_90a). Thread t of a quad loads 16 bytes of each of its
+ * no shared memory, no barrier and no copy bookkeeping in the loop, ~213
+ * instructions a warp, step of 128 and m16 tile (bf16, NT = 1), 0.10 a
+ * weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both from
+ * the SASS, sm_90a). Rows past M or N are loaded as the last row (or not at
+ * all) and their sums never stored, except where predicates spill less (a
+ * dual's 16 rows, 32 rows). One matrix at NT = 1 also comes built for 3 CTAs
+ * an SM (80 registers: weights 2 steps ahead, activations by half steps),
+ * which the plan takes where it needs fewer waves of CTAs (Llama-3-8B qkv,
+ * 384 tiles: 1 wave of 3 instead of 2 of 2 CTAs an SM on an H200, 0.75x the
+ * time). Thread t of a quad loads 16 bytes of each of its
  * weight rows g, g + 8 (scale blocks 2t and 2t + 1 of the step), their 2
  * scale bytes, and rows g (g + 8)'s 64 values of those blocks (4 x 16 bytes,
  * none past the rows). Each 64-value half h then runs as mma_step's K order
@@ -582,8 +588,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 constexpr int GEMV_WARPS = 8, GEMV_THREADS = 32 * GEMV_WARPS, GEMV_STEP = 128;
 
 /* steps of weights in flight a warp: 4 m16 tiles' worth (one matrix, NT = 1),
- * never fewer than 2 */
-constexpr int gemv_depth(int mw, int nt) { return mw * nt >= 2 ? 2 : 4; }
+ * never fewer than 2; 2 where 3 CTAs share an SM (80 registers) */
+constexpr int gemv_depth(int mw, int nt, int ctas) { return mw * nt >= 2 || ctas == 3 ? 2 : 4; }
 
 template <int MW>
 struct GemvWeights {
@@ -591,12 +597,18 @@ struct GemvWeights {
   uint32_t sf[MW][2]; /* their scale bytes of blocks 2t, 2t + 1 */
 };
 
-template <bool DUAL, bool BF16, int NT>
-__global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
-                                                                      const Split sp) {
-  constexpr int MW = DUAL ? 2 : 1, ACC = MW * NT * 4 * 32, DEPTH = gemv_depth(MW, NT);
-  constexpr int XC = NT == 1 ? 4 : 2; /* 16-byte chunks of a row an activation buffer holds: a step, or half of one */
-  static_assert(DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
+template <bool DUAL, bool BF16, int NT, int CTAS>
+__global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
+                                                                         const Split sp) {
+  constexpr int MW = DUAL ? 2 : 1, ACC = MW * NT * 4 * 32, DEPTH = gemv_depth(MW, NT, CTAS);
+  /* 16-byte chunks of a row an activation buffer holds: a step, or half of one */
+  constexpr int XC = NT == 1 && CTAS == 2 ? 4 : 2;
+  static_assert(XC == 2 || DEPTH % 2 == 0, "the activations' two buffers alternate within the unrolled ring");
+  /* rows past M and N read as zeros where the predicates keep registers from spilling (a dual's 16 rows, 32
+   * rows); else activation rows past M as the last row and weight slots past N keep what they held: sums
+   * never stored, no zeroing a step */
+  constexpr bool ZERO = NT > (DUAL ? 1 : 2);
+  static_assert(CTAS == 2 || (!DUAL && NT == 1), "3 CTAs an SM: one matrix, 8 rows");
   __shared__ float sums[GEMV_WARPS][MW * NT * 4][32];
   __shared__ int last_part;
   pdl_wait(); /* common.cuh: nothing global is touched before this */
@@ -631,13 +643,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
                      nvfp4_sf_offset(op.sf_layout, 0, k_blocks, 0, kb0);
     }
   }
-  bool x_ok[NT];
   const uint8_t *x_src[NT];
+  bool x_ok[NT];
 #pragma unroll
   for (int j = 0; j < NT; j++) {
-    const int64_t row = m0 + g + 8 * j;
-    x_ok[j] = row < m_end;
-    x_src[j] = p.a.data + l * p.a.batch_stride + (x_ok[j] ? row : 0) * p.a.row_stride +
+    x_ok[j] = m0 + g + 8 * j < m_end;
+    x_src[j] = p.a.data + l * p.a.batch_stride + std::min<int64_t>(m0 + g + 8 * j, m_end - 1) * p.a.row_stride +
                (k0 + warp) * (2 * GEMV_STEP) + 64 * tq;
   }
   constexpr int64_t W_STEP = GEMV_WARPS * GEMV_STEP / 2, X_STEP = GEMV_WARPS * 2 * GEMV_STEP;
@@ -648,9 +659,14 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
     for (int q = 0; q < MW; q++)
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        s.w[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP))
-                            : make_uint4(0u, 0u, 0u, 0u);
-        s.sf[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step)) : 0u;
+        if (ZERO) {
+          s.w[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP))
+                              : make_uint4(0u, 0u, 0u, 0u);
+          s.sf[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step)) : 0u;
+        } else if (w_ok[h]) {
+          s.w[q][h] = __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP));
+          s.sf[q][h] = __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step));
+        }
       }
   };
   /* chunks c0 .. c0 + XC - 1 of each row's 64 bytes of step i (chunks 2h, 2h + 1: block 2 tq + h) */
@@ -659,12 +675,14 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
     for (int j = 0; j < NT; j++)
 #pragma unroll
       for (int c = 0; c < XC; c++)
-        x[j][c] = x_ok[j] ? __ldg(reinterpret_cast<const uint4 *>(x_src[j] + i * X_STEP) + c0 + c)
-                          : make_uint4(0u, 0u, 0u, 0u);
+        x[j][c] = ZERO && !x_ok[j] ? make_uint4(0u, 0u, 0u, 0u)
+                                   : __ldg(reinterpret_cast<const uint4 *>(x_src[j] + i * X_STEP) + c0 + c);
   };
-  float acc[MW][NT][4] = {};
+  /* MW = NT = 1: the halves' mma on two accumulator sets (two dependency chains of 4, not one of 8), added at the end */
+  float acc[MW][NT][4] = {}, acc_h1[MW][NT][4] = {};
   /* block 2 tq + h, its activations at chunks c0, c0 + 1 of x */
   auto compute = [&](const GemvWeights<MW> &s, int h, const uint4 (&x)[NT][XC], int c0) {
+    float(&a)[MW][NT][4] = MW * NT == 1 && h ? acc_h1 : acc;
     uint32_t bx[NT][4], by[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) {
@@ -684,14 +702,14 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
       for (int k = 0; k < 4; k++)
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-          if (BF16) mma_16816_bf16(acc[q][j], fa[k], bx[j][k], by[j][k]);
-          else mma_16816(acc[q][j], fa[k], bx[j][k], by[j][k]);
+          if (BF16) mma_16816_bf16(a[q][j], fa[k], bx[j][k], by[j][k]);
+          else mma_16816(a[q][j], fa[k], bx[j][k], by[j][k]);
         }
     }
   };
-  /* weights DEPTH steps ahead; activations one buffer ahead: NT = 1 the next
-   * step (buffer = step % 2), NT = 2, 4 the next half (buffer = half) */
-  GemvWeights<MW> ring[DEPTH];
+  /* weights DEPTH steps ahead; activations one buffer ahead: XC = 4 the next
+   * step (buffer = step % 2), else the next half (buffer = half) */
+  GemvWeights<MW> ring[DEPTH] = {};
   uint4 xs[2][NT][XC];
 #pragma unroll
   for (int d = 0; d < DEPTH; d++)
@@ -703,7 +721,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
       if (i + d < n) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-          if constexpr (NT == 1) {
+          if constexpr (XC == 4) {
             if (h == 0 && i + d + 1 < n) load_x(xs[(d + 1) % 2], i + d + 1, 0);
             compute(ring[d], h, xs[d % 2], 2 * h);
           } else {
@@ -716,6 +734,11 @@ __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_kernel_gemv(const __gri
       }
   }
   pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
+  if constexpr (MW * NT == 1)
+#pragma unroll
+    for (int q = 0; q < MW; q++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[q][0][e] += acc_h1[q][0][e];
 
   /* the warps' sums, in warp order, to warp 0 */
   if (warp > 0)
@@ -762,6 +785,7 @@ bool fast_ok(const nvfp4_matmul &p) {
 struct Config {
   bool dual, bf16, fast, gemv;
   int mw, tm, split;
+  int gemv_ctas = 2; /* the GEMV instance: built for 2 CTAs an SM, or 3 (8 rows of one matrix) */
 };
 
 int tile_n(const Config &c) { return c.gemv ? 16 : c.dual ? 64 : 64 * c.mw; }
@@ -800,10 +824,12 @@ Entry entry(const Config &c) {
 
 template <bool DUAL, bool BF16>
 Entry gemv_entry(const Config &c) {
-  if constexpr (!DUAL)
-    if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 4>), 0, GEMV_THREADS};
-  return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 1>)
-                    : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 2>),
+  if constexpr (!DUAL) {
+    if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 4, 2>), 0, GEMV_THREADS};
+    if (c.gemv_ctas == 3) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 1, 3>), 0, GEMV_THREADS};
+  }
+  return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 1, 2>)
+                    : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 2, 2>),
           0, GEMV_THREADS};
 }
 
@@ -819,11 +845,11 @@ Entry entry_of(const Config &c) {
  * and shared memory: an sm_86 / sm_89 holds fewer than an A100 or H100),
  * asked once per device and configuration; 1 where the runtime cannot say. */
 int ctas_per_sm(const Config &c) {
-  static int cache[64][256] = {};
+  static int cache[64][512] = {};
   const DeviceInfo &dev = device_info();
   if (dev.id < 0 || dev.id >= 64) return 1;
   const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0) |
-                  (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0) | (c.tm == 32 ? 128 : 0);
+                  (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0) | (c.tm == 32 ? 128 : 0) | (c.gemv_ctas == 3 ? 256 : 0);
   int &n = cache[dev.id][key];
   if (!n) {
     const Entry k = entry_of(c);
@@ -845,6 +871,9 @@ int ctas_per_sm(const Config &c) {
  *   by expert: CTAs that scanned the offsets, then ran 4 column tiles in
  *   turn, took 1.2-1.5x the 16-row kernel's time on DeepSeek-V3 and Qwen3 MoE
  *   blocks at T = 8, 64; H200);
+ * - a GEMV of one matrix and <= 8 rows: its 3-CTA instance where that takes
+ *   fewer waves of CTAs than 2 an SM (H200, Llama-3 qkv at M <= 8: 8B 0.68-0.76x,
+ *   70B 0.78-0.79x the time; o and down, as many waves either way, 1.02-1.10x);
  * - 16 activation rows where every M is at most 16 (decode; rows grouped by
  *   expert: at most 16 an expert on average): the n8 tiles past 16 would be
  *   neither read nor multiplied anyway, and the smaller step leaves room for
@@ -875,6 +904,12 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
     const int64_t tiles = count_tiles(problems, count, c.tm, 16), slots = (int64_t)ctas_per_sm(c) * sms;
     if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
       c.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots / tiles, min_steps / (4 * GEMV_WARPS)}));
+    if (!c.dual && c.tm == 8 && tiles >= slots) { /* the 3-CTA instance where it needs fewer waves */
+      Config c3 = c;
+      c3.gemv_ctas = 3;
+      const int64_t slots3 = (int64_t)ctas_per_sm(c3) * sms;
+      if ((tiles + slots3 - 1) / slots3 < (tiles + slots - 1) / slots) return c3;
+    }
     return c;
   }
   if (!c.dual && c.fast && count_tiles(problems, count, c.tm, 128) < 2 * (int64_t)sms) c.mw = 1;
@@ -976,6 +1011,6 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, cha
   char split[24] = "";
   if (c.split > 1) std::snprintf(split, sizeof split, ", split-K %d", c.split);
   std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c),
-                c.gemv ? ", GEMV (8 warps share K)" : "", split,
+                c.gemv ? (c.gemv_ctas == 3 ? ", GEMV (8 warps share K, 3 CTAs an SM)" : ", GEMV (8 warps share K)") : "", split,
                 c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "");
 }
