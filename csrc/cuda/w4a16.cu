@@ -566,7 +566,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * (the warps read a row's bytes side by side) of the tile's 16 weight
  * rows (a dual: of W1's and W2's, MW = 2 m16 tiles), each decoded once for
  * all NT activation fragments, loaded from global memory straight into
- * registers, weights 2 or 4 steps ahead (gemv_depth) and activations (L2
+ * registers (weights streamed, each miss filling 256 bytes of L2: the next
+ * warps' pieces of the row), weights 2 or 4 steps ahead (gemv_depth) and activations (L2
  * hits) a step (NT = 1) or half a step (NT = 2, 4) ahead, 32 or 64 registers:
  * no shared memory, no barrier and no copy bookkeeping in the loop, ~213
  * instructions a warp, step of 128 and m16 tile (bf16, NT = 1), 0.10 a
@@ -660,12 +661,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         if (ZERO) {
-          s.w[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP))
+          s.w[q][h] = w_ok[h] ? ld_cs_l2_256(w_src[q][h] + i * W_STEP)
                               : make_uint4(0u, 0u, 0u, 0u);
-          s.sf[q][h] = w_ok[h] ? __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step)) : 0u;
+          s.sf[q][h] = w_ok[h] ? ld_cs_l2_128_u16(sf_src[q][h] + i * sf_step) : 0u;
         } else if (w_ok[h]) {
-          s.w[q][h] = __ldcs(reinterpret_cast<const uint4 *>(w_src[q][h] + i * W_STEP));
-          s.sf[q][h] = __ldcs(reinterpret_cast<const unsigned short *>(sf_src[q][h] + i * sf_step));
+          s.w[q][h] = ld_cs_l2_256(w_src[q][h] + i * W_STEP);
+          s.sf[q][h] = ld_cs_l2_128_u16(sf_src[q][h] + i * sf_step);
         }
       }
   };
