@@ -4,8 +4,9 @@ the rounds' times joined by '/'.
 
     python3 dev/ab_summary.py gemv.log gemm.log comp.log
 
-Reads bench_gemv rows (call time, us), bench_gemm rows (kernel time, us) and
-benchmarks.competition rows (t_call:loop, us; "FAIL" where a check failed)."""
+Reads bench_gemv rows (call time, us), bench_gemm rows (kernel time, us),
+benchmarks.competition rows (t_call:loop, us; "FAIL" where a check failed) and
+bench_models rows (graph time, us)."""
 import re, sys
 from collections import OrderedDict, defaultdict
 
@@ -17,6 +18,8 @@ pats = [
     (re.compile(r"^(\w+) r(\d+)\| (\w+) +(.+?) +(ok  |FAIL) +([\d.]+) us .* loop +([\d.]+)"),
      lambda m: (f"C {m[3][:5]} {re.sub(r'[^0-9x]+', ' ', m[4]).strip()}{'' if m[5].startswith('ok') else ' FAIL'}",
                 f"{m[6]}:{m[7]}")),
+    (re.compile(r"^(\w+) r(\d+)\| +(\w+) +(\w+) +(\d+) +(w4a4|w4a16) +([\d.]+) +[\d.]+ +[\d.]+x"),
+     lambda m: (f"{m[3]} {m[4]} M={m[5]} {m[6]}", m[7])),
 ]
 rows, variants = OrderedDict(), []
 for path in sys.argv[1:]:

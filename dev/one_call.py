@@ -1,6 +1,7 @@
 """One nvfp4 call of a given shape, after a warm-up, for Nsight Compute:
-    ncu --clock-control none -k regex:matmul_sm90 -s 2 -c 1 python dev/one_call.py M N K [dual] [w4a16]
-(w4a16: bf16 activations times the NVFP4 weights, gemm_w4a16 or dual_gemm_w4a16)."""
+    ncu --clock-control none -k regex:matmul_sm90 -s 2 -c 1 python dev/one_call.py M N K [dual] [w4a16] [linear]
+(w4a16: bf16 activations times the NVFP4 weights, gemm_w4a16 or dual_gemm_w4a16; linear: linear scale
+layouts, as benchmarks.bench_models and checkpoints have them, instead of blocked)."""
 
 import sys
 
@@ -12,9 +13,10 @@ from nvfp4_kernels.testing import random_operand
 m, n, k = (int(x) for x in sys.argv[1:4])
 dual, w4a16 = "dual" in sys.argv[4:], "w4a16" in sys.argv[4:]
 gen = torch.Generator(device="cuda").manual_seed(0)
-a = random_operand(None, m, k, gen=gen, device="cuda", layout="blocked")
-b = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
-b2 = random_operand(None, n, k, gen=gen, device="cuda", layout="blocked")
+layout = "linear" if "linear" in sys.argv[4:] else "blocked"
+a = random_operand(None, m, k, gen=gen, device="cuda", layout=layout)
+b = random_operand(None, n, k, gen=gen, device="cuda", layout=layout)
+b2 = random_operand(None, n, k, gen=gen, device="cuda", layout=layout)
 x = torch.randn(m, k, generator=gen, device="cuda").to(torch.bfloat16)
 for _ in range(3):
     if w4a16 and dual:
