@@ -567,8 +567,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * rows (a dual: of W1's and W2's, MW = 2 m16 tiles), each decoded once for
  * all NT activation fragments, loaded from global memory straight into
  * registers (weights streamed, each miss filling 256 bytes of L2: the next
- * warps' pieces of the row), weights 2 or 4 steps ahead (gemv_depth) and activations (L2
- * hits) a step (NT = 1) or half a step (NT = 2, 4) ahead, 32 or 64 registers:
+ * warps' pieces of the row), weights 2 or 4 steps ahead (gemv_depth) and
+ * activations (L2 hits) a step (NT = 1) or half a step (NT = 2, 4) ahead, 32 or 64 registers:
  * no shared memory, no barrier and no copy bookkeeping in the loop, ~213
  * instructions a warp, step of 128 and m16 tile (bf16, NT = 1), 0.10 a
  * weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both from
@@ -660,9 +660,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
     for (int q = 0; q < MW; q++)
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        if (ZERO) {
-          s.w[q][h] = w_ok[h] ? ld_cs_l2_256(w_src[q][h] + i * W_STEP)
-                              : make_uint4(0u, 0u, 0u, 0u);
+        if constexpr (ZERO) {
+          s.w[q][h] = w_ok[h] ? ld_cs_l2_256(w_src[q][h] + i * W_STEP) : make_uint4(0u, 0u, 0u, 0u);
           s.sf[q][h] = w_ok[h] ? ld_cs_l2_128_u16(sf_src[q][h] + i * sf_step) : 0u;
         } else if (w_ok[h]) {
           s.w[q][h] = ld_cs_l2_256(w_src[q][h] + i * W_STEP);
@@ -679,7 +678,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
         x[j][c] = ZERO && !x_ok[j] ? make_uint4(0u, 0u, 0u, 0u)
                                    : __ldg(reinterpret_cast<const uint4 *>(x_src[j] + i * X_STEP) + c0 + c);
   };
-  /* MW = NT = 1: the halves' mma on two accumulator sets (two dependency chains of 4, not one of 8), added at the end */
+  /* MW = NT = 1: the halves' mma on two accumulator sets (two dependency chains of 4, not one of 8), added at
+   * the end */
   float acc[MW][NT][4] = {}, acc_h1[MW][NT][4] = {};
   /* block 2 tq + h, its activations at chunks c0, c0 + 1 of x */
   auto compute = [&](const GemvWeights<MW> &s, int h, const uint4 (&x)[NT][XC], int c0) {
@@ -827,7 +827,8 @@ template <bool DUAL, bool BF16>
 Entry gemv_entry(const Config &c) {
   if constexpr (!DUAL) {
     if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 4, 2>), 0, GEMV_THREADS};
-    if (c.gemv_ctas == 3) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 1, 3>), 0, GEMV_THREADS};
+    if (c.gemv_ctas == 3)
+      return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 1, 3>), 0, GEMV_THREADS};
   }
   return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 1, 2>)
                     : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 2, 2>),
@@ -1011,7 +1012,9 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, cha
   const Config c = config_of(problems, count, workspace);
   char split[24] = "";
   if (c.split > 1) std::snprintf(split, sizeof split, ", split-K %d", c.split);
-  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c),
-                c.gemv ? (c.gemv_ctas == 3 ? ", GEMV (8 warps share K, 3 CTAs an SM)" : ", GEMV (8 warps share K)") : "", split,
-                c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "");
+  const char *gemv = !c.gemv            ? ""
+                     : c.gemv_ctas == 3 ? ", GEMV (8 warps share K, 3 CTAs an SM)"
+                                        : ", GEMV (8 warps share K)";
+  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), gemv,
+                split, c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "");
 }
