@@ -21,7 +21,11 @@
  * 256-thread CTAs (READ_CTAS per SM, default 4), READ_UNROLL (default 8)
  * 16-byte loads in flight per thread, timed and traced the same way;
  * READ_SMEM=bytes gives its CTAs that much dynamic shared memory (unused: it
- * asks whether a larger carve-out delays the launch). TRACE_DUMP=dir writes
+ * asks whether a larger carve-out delays the launch). READ_ROWS=1 reads the
+ * same bytes in the W4A16 GEMV's pattern instead (w4a16.cu): a CTA of 8 warps
+ * per 16 rows, 2 an SM, warp w on K steps of 128 w, w + 8, ..., lane (g, t)
+ * 16 bytes of rows g and g + 8 at 16 t and their 2 scale bytes, 4 steps in
+ * flight in registers: whether that pattern, not the decode, caps its rate. TRACE_DUMP=dir writes
  * each CTA's SM and point times (us after the first entry) as CSV, a file per
  * case.
  *
@@ -95,6 +99,43 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4 *a, size_t na, co
         first = false;
       }
     }
+  }
+  if (x == 0x12345678u) *sink = x;
+  __syncthreads();
+  NVFP4_TRACE_POINT(threadIdx.x == 0, 3);
+}
+/* READ_ROWS=1: the W4A16 GEMV's loads alone (K % 128 == 0, linear scales). */
+__global__ void __launch_bounds__(256, 2) read_rows_kernel(const uint8_t *a, const uint8_t *s, int64_t m, int64_t k,
+                                                           unsigned *sink) {
+  NVFP4_TRACE_POINT(threadIdx.x == 0, 0);
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const int n = (int)((k / 128 - warp + 7) / 8);  // the warp's steps
+  const uint8_t *w[2], *sf[2];
+  for (int h = 0; h < 2; h++) {
+    const int64_t r = std::min<int64_t>(blockIdx.x * 16 + g + 8 * h, m - 1);
+    w[h] = a + r * (k / 2) + warp * 64 + 16 * t;
+    sf[h] = s + r * (k / 16) + warp * 8 + 2 * t;
+  }
+  uint4 ring[4][2];
+  unsigned short rs[4][2];
+  unsigned x = 0;
+  auto load = [&](int d, int i) {
+    for (int h = 0; h < 2; h++) {
+      ring[d][h] = __ldcs(reinterpret_cast<const uint4 *>(w[h] + (int64_t)i * 512));
+      rs[d][h] = __ldcs(reinterpret_cast<const unsigned short *>(sf[h] + (int64_t)i * 64));
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < 4; d++)
+    if (d < n) load(d, d);
+  for (int i = 0; i < n; i += 4) {
+#pragma unroll
+    for (int d = 0; d < 4; d++)
+      if (i + d < n) {
+        for (int h = 0; h < 2; h++) x ^= ring[d][h].x ^ ring[d][h].y ^ ring[d][h].z ^ ring[d][h].w ^ rs[d][h];
+        if (i == 0 && d == 0) NVFP4_TRACE_POINT(threadIdx.x == 0, 2);
+        if (i + d + 4 < n) load(d, i + d + 4);
+      }
   }
   if (x == 0x12345678u) *sink = x;
   __syncthreads();
@@ -261,6 +302,11 @@ int main(int argc, char **argv) {
     const int read_ctas = sms * (getenv("READ_CTAS") ? atoi(getenv("READ_CTAS")) : 4);
     const int read_unroll = getenv("READ_UNROLL") ? atoi(getenv("READ_UNROLL")) : 8;
     const int read_smem = getenv("READ_SMEM") ? atoi(getenv("READ_SMEM")) : 0;  // dynamic smem per CTA (launch cost)
+    const bool read_rows = getenv("READ_ROWS") && atoi(getenv("READ_ROWS")) == 1;
+    if (read_rows && c.k % 128 != 0) {
+      fprintf(stderr, "READ_ROWS=1 reads K steps of 128: K %% 128 == 0\n");
+      return 2;
+    }
     if (read_smem > 48 * 1024) {
       CHECK(cudaFuncSetAttribute(read_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, read_smem));
       CHECK(cudaFuncSetAttribute(read_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, read_smem));
@@ -291,7 +337,10 @@ int main(int argc, char **argv) {
       CHECK(cudaEventRecord(e0));
       if (is_read) {
         const uint4 *ra = reinterpret_cast<const uint4 *>(p.a.data), *rs = reinterpret_cast<const uint4 *>(p.a.sf);
-        if (read_unroll == 4)
+        if (read_rows)
+          read_rows_kernel<<<(unsigned)((c.batch * c.m + 15) / 16), 256>>>(
+              static_cast<const uint8_t *>(p.a.data), static_cast<const uint8_t *>(p.a.sf), c.batch * c.m, c.k, sink);
+        else if (read_unroll == 4)
           read_kernel<4><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink);
         else if (read_unroll == 16)
           read_kernel<16><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink);
