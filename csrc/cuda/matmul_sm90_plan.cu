@@ -18,11 +18,12 @@ namespace {
  * 10 shapes, H100, the serial K loop), against the pre-pass's ~2 steps plus
  * its traffic, 2.28 bytes per byte of fp16 tiles (fp4 and scales read, fp16
  * written) at ~2.9 TB/s: one step per 2.13 MB of tiles; counted where the
- * saving exceeds the cost by 25%. (Whether the pre-pass runs: plan_launch.) */
+ * saving exceeds the cost by 25% and the pre-pass runs (plan_launch: at least
+ * PRE_MIN_STEPS a CTA), never for a pre-pass the launch would not have. */
 constexpr double PRE_STEP_SAVING = 0.09;
-constexpr double PRE_MIN_STEPS = 32.0; /* plan_launch */
+constexpr double PRE_MIN_STEPS = 32.0;
 inline bool predecode_pays(double cta_steps, double a16_bytes) {
-  return PRE_STEP_SAVING * cta_steps > 1.25 * (2.2 + a16_bytes / 2.13e6);
+  return cta_steps >= PRE_MIN_STEPS && PRE_STEP_SAVING * cta_steps > 1.25 * (2.2 + a16_bytes / 2.13e6);
 }
 
 /* Costs in K steps of one CTA. Split-K: the waves of clusters that the tiles
