@@ -569,12 +569,16 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * registers (weights streamed, each miss filling 256 bytes of L2: the next
  * warps' pieces of the row), weights 2 or 4 steps ahead (gemv_depth) and
  * activations (L2 hits) a step (NT = 1) or half a step (NT = 2, 4) ahead, 32 or 64 registers:
- * no shared memory, no barrier and no copy bookkeeping in the loop, ~213
- * instructions a warp, step of 128 and m16 tile (bf16, NT = 1), 0.10 a
+ * no shared memory, no barrier and no copy bookkeeping in the loop, ~204
+ * instructions a warp, step of 128 and m16 tile (bf16, NT = 1; the rounds
+ * before the last two run without checks against n, 216 with them), 0.10 a
  * weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both from
- * the SASS, sm_90a). Rows past M or N are loaded as the last row (or not at
- * all) and their sums never stored, except where predicates spill less (a
- * dual's 16 rows, 32 rows). One matrix at NT = 1 also comes built for 3 CTAs
+ * the SASS, sm_90a). The instructions, not the loads, bound it at M <= 8
+ * (H200, 1 x 8192 x 28672 with checked rounds: 62 us; its weights read from
+ * L1 instead: 45 us; a plain read of its bytes in its load pattern: 38
+ * us). Rows past M or N are loaded as the last row (or not at all) and their
+ * sums never stored, except where predicates spill less (a dual's 16 rows, 32
+ * rows). One matrix at NT = 1 also comes built for 3 CTAs
  * an SM (80 registers: weights 2 steps ahead, activations by half steps),
  * which the plan takes where it needs fewer waves of CTAs (Llama-3-8B qkv,
  * 384 tiles: 1 wave of 3 instead of 2 of 2 CTAs an SM on an H200, 0.75x the
@@ -716,24 +720,32 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
   for (int d = 0; d < DEPTH; d++)
     if (d < n) load_w(ring[d], d);
   if (n > 0) load_x(xs[0], 0, 0);
-  for (int i = 0; i < n; i += DEPTH) {
+  /* step i + d of a round: its halves, the next activations, its ring slot's refill (GUARD: each checked
+   * against n) */
+  auto step = [&](auto guard, int i, int d) {
+    constexpr bool GUARD = decltype(guard)::value;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      if constexpr (XC == 4) {
+        if (h == 0 && (!GUARD || i + d + 1 < n)) load_x(xs[(d + 1) % 2], i + d + 1, 0);
+        compute(ring[d], h, xs[d % 2], 2 * h);
+      } else {
+        if (h == 0) load_x(xs[1], i + d, 2);
+        else if (!GUARD || i + d + 1 < n) load_x(xs[0], i + d + 1, 0);
+        compute(ring[d], h, xs[h], 0);
+      }
+    }
+    if (!GUARD || i + d + DEPTH < n) load_w(ring[d], i + d + DEPTH);
+  };
+  int i = 0;
+  if constexpr (NT == 1) /* rounds whose refills all fall below n, unchecked (more n8 tiles: the copy spills) */
+    for (; i + 2 * DEPTH <= n; i += DEPTH)
+#pragma unroll
+      for (int d = 0; d < DEPTH; d++) step(std::false_type{}, i, d);
+  for (; i < n; i += DEPTH)
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-      if (i + d < n) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          if constexpr (XC == 4) {
-            if (h == 0 && i + d + 1 < n) load_x(xs[(d + 1) % 2], i + d + 1, 0);
-            compute(ring[d], h, xs[d % 2], 2 * h);
-          } else {
-            if (h == 0) load_x(xs[1], i + d, 2);
-            else if (i + d + 1 < n) load_x(xs[0], i + d + 1, 0);
-            compute(ring[d], h, xs[h], 0);
-          }
-        }
-        if (i + d + DEPTH < n) load_w(ring[d], i + d + DEPTH);
-      }
-  }
+      if (i + d < n) step(std::true_type{}, i, d);
   pdl_launch_dependents(); /* the next kernel may launch during this epilogue */
   if constexpr (MW * NT == 1)
 #pragma unroll
