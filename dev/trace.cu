@@ -25,9 +25,12 @@
  * same bytes in the W4A16 GEMV's pattern instead (w4a16.cu): a CTA of 8 warps
  * per 16 rows, 2 an SM, warp w on K steps of 128 w, w + 8, ..., lane (g, t)
  * 16 bytes of rows g and g + 8 at 16 t and their 2 scale bytes, 4 steps in
- * flight in registers: whether that pattern, not the decode, caps its rate. TRACE_DUMP=dir writes
- * each CTA's SM and point times (us after the first entry) as CSV, a file per
- * case.
+ * flight in registers: whether that pattern, not the decode, caps its rate;
+ * READ_ROWS=2 the same tiles read a row's 512 bytes a warp instruction;
+ * READ_SCALES=0 leaves the scales out of either; READ_X=1 adds READ_ROWS=1's
+ * activation loads (one bf16 row in L2, a step ahead, as the GEMV at M = 1).
+ * TRACE_DUMP=dir writes each CTA's SM and point times (us after the first
+ * entry) as CSV, a file per case.
  *
  * TRACE_PRE says what runs between the sweep and the spin kernel, to tell
  * what a cold call waits on. Unset: nothing. The sweep and spin kernels are
@@ -104,38 +107,84 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4 *a, size_t na, co
   __syncthreads();
   NVFP4_TRACE_POINT(threadIdx.x == 0, 3);
 }
-/* READ_ROWS=1: the W4A16 GEMV's loads alone (K % 128 == 0, linear scales). */
+/* READ_ROWS=1: the W4A16 GEMV's loads alone (K % 128 == 0, linear scales),
+ * 4 steps in flight a warp; SCALES = false leaves the scale loads out, X adds
+ * the GEMV's activation loads at M = 1 (one bf16 row, L2-resident, a step
+ * ahead). READ_ROWS=2: the same CTA tiles, but warp w reads rows 2 w, 2 w + 1
+ * in 512-byte runs (lane l: 16 bytes at 16 l; scales: lanes 0-15 row 2 w,
+ * 16-31 row 2 w + 1, 4 bytes each), as many bytes in flight. Options are
+ * template parameters: runtime ones in the loop cost a quarter of the rate. */
+__device__ uint4 read_x_row[8 * 1024];  // one bf16 activation row (K <= 65536)
+template <int ROWS, bool SCALES, bool X>
 __global__ void __launch_bounds__(256, 2) read_rows_kernel(const uint8_t *a, const uint8_t *s, int64_t m, int64_t k,
                                                            unsigned *sink) {
   NVFP4_TRACE_POINT(threadIdx.x == 0, 0);
-  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const int n = (int)((k / 128 - warp + 7) / 8);  // the warp's steps
-  const uint8_t *w[2], *sf[2];
-  for (int h = 0; h < 2; h++) {
-    const int64_t r = std::min<int64_t>(blockIdx.x * 16 + g + 8 * h, m - 1);
-    w[h] = a + r * (k / 2) + warp * 64 + 16 * t;
-    sf[h] = s + r * (k / 16) + warp * 8 + 2 * t;
-  }
-  uint4 ring[4][2];
-  unsigned short rs[4][2];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   unsigned x = 0;
-  auto load = [&](int d, int i) {
+  if constexpr (ROWS == 1) {
+    const int n = (int)((k / 128 - warp + 7) / 8);  // the warp's steps
+    const uint8_t *w[2], *sf[2];
     for (int h = 0; h < 2; h++) {
-      ring[d][h] = __ldcs(reinterpret_cast<const uint4 *>(w[h] + (int64_t)i * 512));
-      rs[d][h] = __ldcs(reinterpret_cast<const unsigned short *>(sf[h] + (int64_t)i * 64));
+      const int64_t r = std::min<int64_t>(blockIdx.x * 16 + g + 8 * h, m - 1);
+      w[h] = a + r * (k / 2) + warp * 64 + 16 * t;
+      sf[h] = s + r * (k / 16) + warp * 8 + 2 * t;
     }
-  };
-#pragma unroll
-  for (int d = 0; d < 4; d++)
-    if (d < n) load(d, d);
-  for (int i = 0; i < n; i += 4) {
+    uint4 ring[4][2], xs[2][4] = {};
+    unsigned short rs[4][2] = {};
+    const uint4 *xr = read_x_row + warp * 16 + 4 * t;  // the step's 128 values: 16 chunks, 4 a lane
+    auto load = [&](int d, int i) {
+      for (int h = 0; h < 2; h++) {
+        ring[d][h] = __ldcs(reinterpret_cast<const uint4 *>(w[h] + (int64_t)i * 512));
+        if (SCALES) rs[d][h] = __ldcs(reinterpret_cast<const unsigned short *>(sf[h] + (int64_t)i * 64));
+      }
+    };
+    auto load_x = [&](int b, int i) {
+      if (X)
+        for (int c = 0; c < 4; c++) xs[b][c] = __ldg(xr + (int64_t)i * 128 + c);
+    };
 #pragma unroll
     for (int d = 0; d < 4; d++)
-      if (i + d < n) {
-        for (int h = 0; h < 2; h++) x ^= ring[d][h].x ^ ring[d][h].y ^ ring[d][h].z ^ ring[d][h].w ^ rs[d][h];
-        if (i == 0 && d == 0) NVFP4_TRACE_POINT(threadIdx.x == 0, 2);
-        if (i + d + 4 < n) load(d, i + d + 4);
-      }
+      if (d < n) load(d, d);
+    load_x(0, 0);
+    for (int i = 0; i < n; i += 4) {
+#pragma unroll
+      for (int d = 0; d < 4; d++)
+        if (i + d < n) {
+          if (i + d + 1 < n) load_x((d + 1) % 2, i + d + 1);  // the next step's activations, as the GEMV
+          for (int c = 0; c < 4; c++) x ^= xs[d % 2][c].x ^ xs[d % 2][c].w;
+          for (int h = 0; h < 2; h++) x ^= ring[d][h].x ^ ring[d][h].y ^ ring[d][h].z ^ ring[d][h].w ^ rs[d][h];
+          if (i == 0 && d == 0) NVFP4_TRACE_POINT(threadIdx.x == 0, 2);
+          if (i + d + 4 < n) load(d, i + d + 4);
+        }
+    }
+  } else {
+    const int n = (int)(k / 1024);  // rounds of 512 bytes a row (K % 1024 == 0)
+    const uint8_t *w[2];
+    for (int h = 0; h < 2; h++) {
+      const int64_t r = std::min<int64_t>(blockIdx.x * 16 + 2 * warp + h, m - 1);
+      w[h] = a + r * (k / 2) + 16 * lane;
+    }
+    const int64_t rs_row = std::min<int64_t>(blockIdx.x * 16 + 2 * warp + lane / 16, m - 1);
+    const uint8_t *sf = s + rs_row * (k / 16) + 4 * (lane % 16);
+    uint4 ring[4][2];
+    unsigned rs[4] = {};
+    auto load = [&](int d, int i) {
+      for (int h = 0; h < 2; h++) ring[d][h] = __ldcs(reinterpret_cast<const uint4 *>(w[h] + (int64_t)i * 512));
+      if (SCALES) rs[d] = __ldcs(reinterpret_cast<const unsigned *>(sf + (int64_t)i * 64));
+    };
+#pragma unroll
+    for (int d = 0; d < 4; d++)
+      if (d < n) load(d, d);
+    for (int i = 0; i < n; i += 4) {
+#pragma unroll
+      for (int d = 0; d < 4; d++)
+        if (i + d < n) {
+          for (int h = 0; h < 2; h++) x ^= ring[d][h].x ^ ring[d][h].y ^ ring[d][h].z ^ ring[d][h].w;
+          x ^= rs[d];
+          if (i == 0 && d == 0) NVFP4_TRACE_POINT(threadIdx.x == 0, 2);
+          if (i + d + 4 < n) load(d, i + d + 4);
+        }
+    }
   }
   if (x == 0x12345678u) *sink = x;
   __syncthreads();
@@ -302,9 +351,15 @@ int main(int argc, char **argv) {
     const int read_ctas = sms * (getenv("READ_CTAS") ? atoi(getenv("READ_CTAS")) : 4);
     const int read_unroll = getenv("READ_UNROLL") ? atoi(getenv("READ_UNROLL")) : 8;
     const int read_smem = getenv("READ_SMEM") ? atoi(getenv("READ_SMEM")) : 0;  // dynamic smem per CTA (launch cost)
-    const bool read_rows = getenv("READ_ROWS") && atoi(getenv("READ_ROWS")) == 1;
-    if (read_rows && c.k % 128 != 0) {
-      fprintf(stderr, "READ_ROWS=1 reads K steps of 128: K %% 128 == 0\n");
+    const int read_rows = getenv("READ_ROWS") ? atoi(getenv("READ_ROWS")) : 0;
+    const bool read_scales = !getenv("READ_SCALES") || atoi(getenv("READ_SCALES")) != 0;
+    const bool read_x = getenv("READ_X") && atoi(getenv("READ_X")) == 1;
+    if (read_x && (read_rows != 1 || !read_scales || c.k > 65536)) {
+      fprintf(stderr, "READ_X=1 goes with READ_ROWS=1, the scales and K <= 65536\n");
+      return 2;
+    }
+    if (read_rows && c.k % (read_rows == 2 ? 1024 : 128) != 0) {
+      fprintf(stderr, "READ_ROWS=%d reads K in steps of %d\n", read_rows, read_rows == 2 ? 1024 : 128);
       return 2;
     }
     if (read_smem > 48 * 1024) {
@@ -337,9 +392,15 @@ int main(int argc, char **argv) {
       CHECK(cudaEventRecord(e0));
       if (is_read) {
         const uint4 *ra = reinterpret_cast<const uint4 *>(p.a.data), *rs = reinterpret_cast<const uint4 *>(p.a.sf);
-        if (read_rows)
-          read_rows_kernel<<<(unsigned)((c.batch * c.m + 15) / 16), 256>>>(
-              static_cast<const uint8_t *>(p.a.data), static_cast<const uint8_t *>(p.a.sf), c.batch * c.m, c.k, sink);
+        if (read_rows) {
+          const unsigned grid = (unsigned)((c.batch * c.m + 15) / 16);
+          const uint8_t *ra8 = static_cast<const uint8_t *>(p.a.data), *rs8 = static_cast<const uint8_t *>(p.a.sf);
+          auto kern = read_rows_kernel<1, false, false>;  // READ_SCALES=0
+          if (read_rows == 2) kern = read_scales ? read_rows_kernel<2, true, false> : read_rows_kernel<2, false, false>;
+          else if (read_x) kern = read_rows_kernel<1, true, true>;
+          else if (read_scales) kern = read_rows_kernel<1, true, false>;
+          kern<<<grid, 256>>>(ra8, rs8, c.batch * c.m, c.k, sink);
+        }
         else if (read_unroll == 4)
           read_kernel<4><<<read_ctas, 256, read_smem>>>(ra, read_na, rs, read_ns, sink);
         else if (read_unroll == 16)
