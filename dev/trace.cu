@@ -354,6 +354,10 @@ int main(int argc, char **argv) {
     const int read_rows = getenv("READ_ROWS") ? atoi(getenv("READ_ROWS")) : 0;
     const bool read_scales = !getenv("READ_SCALES") || atoi(getenv("READ_SCALES")) != 0;
     const bool read_x = getenv("READ_X") && atoi(getenv("READ_X")) == 1;
+    if (read_rows < 0 || read_rows > 2) {
+      fprintf(stderr, "READ_ROWS is 0 (a plain read), 1 (the W4A16 GEMV's pattern) or 2 (512-byte runs a warp)\n");
+      return 2;
+    }
     if (read_x && (read_rows != 1 || !read_scales || c.k > 65536)) {
       fprintf(stderr, "READ_X=1 goes with READ_ROWS=1, the scales and K <= 65536\n");
       return 2;

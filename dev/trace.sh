@@ -12,11 +12,11 @@ TRACE_DEF=-DNVFP4_TRACE
 [ "${TRACE_PLAIN:-0}" = 1 ] && TRACE_DEF=
 # every kernel file (as dev/trace_ab.sh), compiled side by side, then linked
 OBJ=$(mktemp -d)
+trap 'rm -rf "$OBJ"' EXIT  # a failed compile stops the script (set -e) without leaving objects behind
 for f in dev/trace.cu csrc/cuda/*.cu; do
   nvcc -O3 -std=c++17 -lineinfo -DNVFP4_WITH_CUDA $TRACE_DEF --expt-relaxed-constexpr ${TRACE_FLAGS:-} \
     -gencode=arch=compute_90a,code=sm_90a -Icsrc -c -o "$OBJ/$(basename "$f").o" "$f" &
 done
 for job in $(jobs -p); do wait "$job"; done
 nvcc -gencode=arch=compute_90a,code=sm_90a -o "$BIN" "$OBJ"/*.o
-rm -rf "$OBJ"
 if [ $# -gt 0 ]; then "$BIN" "$@"; fi
