@@ -1,10 +1,11 @@
 """The linear layers of real models, NVFP4 (W4A4 and W4A16) against bf16, at every token count.
 
-    python -m benchmarks.bench_models [--model 8b 70b] [--m 1,16,256] [--mode w4a4 w4a16] [--json F] [--png F]
+    python -m benchmarks.bench_models [--model 8b 70b] [--m 1,16,256] [--mode w4a4 w4a16 w4a16p] [--json F] [--png F]
 
 Per model, the four linears of one decoder layer: qkv, o, gate+up (one dual gemm: silu(x Wg^T) *
 (x Wu^T)) and down. W4A4 runs as a model runs it: the activation `quantize` plus the gemm (both
-timed); W4A16 is one call on the bf16 activations. bf16 is F.linear (and silu * mul for the dual)
+timed); W4A16 is one call on the bf16 activations (w4a16p: with the weights repacked for bf16,
+ops.pack_bf16_pairs). bf16 is F.linear (and silu * mul for the dual)
 in the same run. GPU time per call from CUDA-graph replays of a chain of calls that walks over
 enough copies of the weights to exceed L2 (so every call reads its weights from DRAM, as a model's
 layers do); median of replays. Speed of light (SOL) = max(bytes / copy rate, flops / fp16 tensor
@@ -39,11 +40,11 @@ def weight_bytes(n, k, mode):
     return n * k * 2 if mode == "bf16" else n * (k // 2 + k // 16)
 
 
-def nvfp4_weight(n, k, gen):
+def nvfp4_weight(n, k, gen, mode="w4a4"):
     w = torch.randn(n, k, generator=gen, device="cuda", dtype=torch.bfloat16) * 0.02
     g = 2688.0 / w.abs().amax().float()
     codes, sf = nk.quantize(w, global_scale=g)
-    return codes, sf, (1.0 / g).reshape(1)
+    return nk.pack_bf16_pairs(codes) if mode == "w4a16p" else codes, sf, (1.0 / g).reshape(1)
 
 
 def make_calls(mode, m, n, k, dual, gen):
@@ -60,8 +61,8 @@ def make_calls(mode, m, n, k, dual, gen):
             else:
                 calls.append(lambda w=ws[0]: F.linear(x, w))
             continue
-        ws = [nvfp4_weight(n, k, gen) for _ in range(2 if dual else 1)]
-        if mode == "w4a16":
+        ws = [nvfp4_weight(n, k, gen, mode) for _ in range(2 if dual else 1)]
+        if mode in ("w4a16", "w4a16p"):
             if dual:
                 (c1, s1, a1), (c2, s2, a2) = ws
                 calls.append(lambda c1=c1, s1=s1, a1=a1, c2=c2, s2=s2, a2=a2:
@@ -91,8 +92,8 @@ def make_calls(mode, m, n, k, dual, gen):
 def kernel_of(mode, m, n, k, dual, gen):
     if mode == "bf16":
         return "cuBLAS"
-    c, s, _ = nvfp4_weight(n, k, gen)
-    if mode == "w4a16":
+    c, s, _ = nvfp4_weight(n, k, gen, mode)
+    if mode in ("w4a16", "w4a16p"):
         x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
         return nk.kernel_name("dual_gemm_w4a16", x, c, c, s, s) if dual else nk.kernel_name("gemm_w4a16", x, c, s)
     xq, sx = nk.quantize(torch.zeros(m, k, device="cuda", dtype=torch.bfloat16), global_scale=1.0)
@@ -163,7 +164,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", nargs="+", choices=list(MODELS), default=list(MODELS))
     ap.add_argument("--m", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
-    ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a16"), default=["w4a4", "w4a16"])
+    ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a16", "w4a16p"), default=["w4a4", "w4a16", "w4a16p"])
     ap.add_argument("--json")
     ap.add_argument("--png")
     args = ap.parse_args(argv)

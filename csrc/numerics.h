@@ -177,6 +177,35 @@ NVFP4_HD void nvfp4_dequantize_block(const uint8_t codes[8], uint32_t sf, float 
   for (int i = 0; i < 16; i++) v[i] = nvfp4_e2m1_to_float((codes[i / 2] >> (4 * (i % 2))) & 15u) * s;
 }
 
+/* ---- weights repacked for bf16 (NVFP4_CODES_BF16_PAIRS, nvfp4.h) ----------
+ * A word of 8 codes (code i at bits 4i..4i+3) rewritten so that pair p =
+ * codes 2p (bits j of it, j = 0..3: m, e0, e1, sign) and 2p + 1 (j = 4..7)
+ * sits at NVFP4_PAIR_BIT[p][j]: pair 0 at the bits of a bf16x2 (each code's
+ * m, e0, e1 at 6..8 and sign at 15 of its half: numerics.cuh), pairs 1 and 2
+ * that rotated right by 10 and 13, pair 3 where one multiply by 2^2 + 2^7 +
+ * 2^12 puts them without carries (dev/pack_search.py found the layout):
+ * numerics.cuh's nvfp4_e2m1x8_pairs_to_bf162x4 decodes a word in 8
+ * instructions, the checkpoint's in 13. A permutation of the word's bits. */
+static const uint8_t NVFP4_PAIR_BIT[4][8] = {
+    {6, 7, 8, 15, 22, 23, 24, 31}, {28, 29, 30, 5, 12, 13, 14, 21},
+    {25, 26, 27, 2, 9, 10, 11, 18}, {4, 0, 1, 3, 20, 16, 17, 19}};
+
+/* a checkpoint word -> its repacked word */
+static inline uint32_t nvfp4_pairs_pack(uint32_t w) {
+  uint32_t out = 0;
+  for (int p = 0; p < 4; p++)
+    for (int j = 0; j < 8; j++) out |= ((w >> (8 * p + j)) & 1u) << NVFP4_PAIR_BIT[p][j];
+  return out;
+}
+
+/* a repacked word -> the checkpoint's; inverse of nvfp4_pairs_pack */
+static inline uint32_t nvfp4_pairs_unpack(uint32_t w) {
+  uint32_t out = 0;
+  for (int p = 0; p < 4; p++)
+    for (int j = 0; j < 8; j++) out |= ((w >> NVFP4_PAIR_BIT[p][j]) & 1u) << (8 * p + j);
+  return out;
+}
+
 
 /* ---- 16-bit floats on the host (the CPU kernels; device code uses
  * cuda_fp16.h / cuda_bf16.h) ------------------------------------------------ */

@@ -44,6 +44,13 @@ typedef enum nvfp4_status {
  *          16*(r%32) + 4*((r%128)/32) + kb%4. Padding bytes are never read. */
 enum nvfp4_sf_layout { NVFP4_SF_LINEAR = 0, NVFP4_SF_BLOCKED = 1 };
 
+/* How a weight operand's code bytes are laid out. BYTES: the checkpoint's, two
+ * codes a byte, low nibble = even k. BF16_PAIRS (W4A16 weights, bf16
+ * activations only): each aligned 32-bit word of BYTES (codes 8j .. 8j + 7 of
+ * a row) rewritten by nvfp4_pairs_pack (numerics.h) so that the GPU's bf16
+ * decoder takes its adjacent codes in pairs with fewer instructions. */
+enum nvfp4_codes { NVFP4_CODES_BYTES = 0, NVFP4_CODES_BF16_PAIRS = 1 };
+
 /* One NVFP4 operand: rows x K values, K-major, batched. */
 typedef struct nvfp4_operand {
   const uint8_t *data;        /* packed e2m1 codes                     */
@@ -53,6 +60,7 @@ typedef struct nvfp4_operand {
   int64_t sf_batch_stride;    /* bytes between batches                 */
   int64_t sf_row_stride;      /* bytes between rows (LINEAR only)      */
   int32_t sf_layout;          /* enum nvfp4_sf_layout                  */
+  int32_t codes;              /* enum nvfp4_codes                      */
 } nvfp4_operand;
 
 /* Element types: a problem's output (F16, BF16), its bias (F32, F16, BF16),

@@ -93,6 +93,14 @@ struct Arg {
     for (int p : perm) s[d] = sz[p], r[d] = st[p], d++;
     for (d = 0; d < ndim; d++) sz[d] = s[d], st[d] = r[d];
   }
+  /* int32 words (weights repacked for bf16, nvfp4.h) as the bytes they hold: the last dim 4x as long */
+  Arg word_bytes() const {
+    Arg a = *this;
+    a.dtype = at::kByte;
+    for (int64_t d = 0; d < ndim; d++) a.st[d] = d + 1 == ndim && (st[d] == 1 || sz[d] == 1) ? 1 : 4 * st[d];
+    if (ndim) a.sz[ndim - 1] = 4 * sz[ndim - 1];
+    return a;
+  }
   /* index 0 of dim d, which goes (Tensor::select(d, 0), without a tensor) */
   Arg select0(int64_t d) const {
     Arg a = *this;
@@ -219,7 +227,7 @@ void set_scalar(const OpName &op, const char *name, const Tensor &t, const at::D
 
 /* Validate one gemm-like problem (gemv when `vector`, dual when b2 is given).
  * sfa == nullptr: W4A16, a holds fp16 or bf16 values [L?, M, K]. */
-Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2, const Arg *sfa, const Arg &sfb,
+Problem make_problem(const OpName &op, const Arg &a, const Arg &b_in, const Arg *b2_in, const Arg *sfa, const Arg &sfb,
                      const Arg *sfb2, const std::optional<Tensor> &alpha, bool vector) {
   Problem pr;
   const bool w4a16 = sfa == nullptr;
@@ -232,6 +240,17 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2
   } else {
     check_fp4_tensor(op, "a", a);
   }
+  /* W4A16 weights repacked for bf16 (ops.pack_bf16_pairs: int32 words, nvfp4.h's NVFP4_CODES_BF16_PAIRS), read
+   * as their bytes */
+  const bool pairs = w4a16 && b_in.dtype == at::kInt;
+  if (w4a16 && (pairs || (b2_in && b2_in->dtype == at::kInt))) {
+    TORCH_CHECK_TYPE(a.dtype == at::kBFloat16, op, ": weights repacked for bf16 (int32, ops.pack_bf16_pairs) need ",
+                     "bfloat16 x, got ", a.dtype);
+    TORCH_CHECK_TYPE(!b2_in || b2_in->dtype == b_in.dtype, op, ": b1 and b2 must both be repacked (int32) or neither, ",
+                     "got ", b_in.dtype, " and ", b2_in->dtype);
+  }
+  const Arg b = pairs ? b_in.word_bytes() : b_in, b2_bytes = pairs && b2_in ? b2_in->word_bytes() : b_in;
+  const Arg *b2 = pairs && b2_in ? &b2_bytes : b2_in;
   check_fp4_tensor(op, b2 ? "b1" : "b", b);
   if (b2) check_fp4_tensor(op, "b2", *b2);
   TORCH_CHECK_VALUE(a.dim() == 2 || a.dim() == 3, op, ": ", a_name, " must be [M, ", w4a16 ? "K" : "K/2", "] or [L, M, ",
@@ -246,7 +265,8 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2
     TORCH_CHECK_VALUE(b2->sizes() == b.sizes(), op, ": b2 has shape ", b2->sizes(), " but b1 has ", b.sizes());
   const int64_t K = w4a16 ? a.size(-1) : 2 * a.size(-1);
   if (w4a16) {
-    TORCH_CHECK_VALUE(2 * b.size(-1) == K, op, ": ", bname, " has K/2=", b.size(-1), " but x has K=", K);
+    TORCH_CHECK_VALUE(2 * b.size(-1) == K, op, ": ", bname, pairs ? " (int32 words) has K/8=" : " has K/2=",
+                      pairs ? b_in.size(-1) : b.size(-1), " but x has K=", K);
   } else {
     TORCH_CHECK_VALUE(b.size(-1) == a.size(-1), op, ": ", bname, " has K/2=", b.size(-1), " but a has K/2=",
                       a.size(-1));
@@ -281,6 +301,7 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b, const Arg *b2
   }
   p.b = make_operand(op, b, b2 ? "sfb1" : "sfb", sfb, batched, L, N, K, !vector);
   if (b2) p.b2 = make_operand(op, *b2, "sfb2", *sfb2, batched, L, N, K, true);
+  if (pairs) p.b.codes = p.b2.codes = NVFP4_CODES_BF16_PAIRS;
   p.alpha = p.alpha2 = 1.0f;
   p.c_type = NVFP4_F16;
   if (alpha) set_scalar(op, b2 ? "alpha1" : "alpha", *alpha, pr.device, p.alpha, p.alpha_ptr);
@@ -826,6 +847,34 @@ void competition_dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, 
 /* Which kernel, and how configured, `op` would run on these tensors (as the
  * op takes them, in order; group_gemm's four lists one after another): the
  * plan of csrc/cuda/plan.cu, or "cpu". Validates as the op does. */
+/* W4A16 weights repacked for bf16 activations (nvfp4.h, NVFP4_CODES_BF16_PAIRS): codes [..., K/2] (uint8 or
+ * float4_e2m1fn_x2) -> int32 [..., K/8], each word through nvfp4_pairs_pack (numerics.h); unpack: the inverse,
+ * as uint8. Set-up work, done on the host (a CUDA tensor goes there and back). */
+Tensor repack_words(const Tensor &t, bool pack) {
+  const OpName op{pack ? "nvfp4.pack_bf16_pairs" : "nvfp4.unpack_bf16_pairs"};
+  if (pack) {
+    TORCH_CHECK_TYPE(is_fp4(t.scalar_type()), op, ": b must be float4_e2m1fn_x2 or uint8 (two e2m1 codes per byte), ",
+                     "got ", t.scalar_type());
+    TORCH_CHECK_VALUE(t.dim() >= 1 && t.size(-1) % 8 == 0, op, ": b must be [..., K/2] with K a multiple of 16, got "
+                      "shape ", t.sizes());
+  } else {
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, op, ": w must be int32 (pack_bf16_pairs's words), got ",
+                     t.scalar_type());
+    TORCH_CHECK_VALUE(t.dim() >= 1 && t.size(-1) % 2 == 0, op, ": w must be [..., K/8] with K a multiple of 16, got "
+                      "shape ", t.sizes());
+  }
+  const Tensor src = (pack ? t.view(at::kByte) : t).to(at::kCPU).contiguous().view(at::kInt);
+  Tensor out = at::empty_like(src);
+  const uint32_t *in = reinterpret_cast<const uint32_t *>(src.const_data_ptr<int32_t>());
+  uint32_t *dst = reinterpret_cast<uint32_t *>(out.data_ptr<int32_t>());
+  at::parallel_for(0, src.numel(), 1 << 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) dst[i] = pack ? nvfp4_pairs_pack(in[i]) : nvfp4_pairs_unpack(in[i]);
+  });
+  return (pack ? out : out.view(at::kByte)).to(t.device());
+}
+Tensor pack_bf16_pairs(const Tensor &b) { return repack_words(b, true); }
+Tensor unpack_bf16_pairs(const Tensor &w) { return repack_words(w, false); }
+
 std::string kernel_name(std::string op, const at::TensorList ts) {
   const OpName name{"nvfp4.kernel_name"};
   const Args args = args_of(ts);
@@ -1290,6 +1339,8 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("moe_route(Tensor logits, int top_k, bool sigmoid=False, Tensor? bias=None, int n_group=1, int topk_group=1, "
         "bool renormalize=True, float scale=1.0) -> (Tensor, Tensor)");
   m.def("kernel_name(str op, Tensor[] tensors) -> str");
+  m.def("pack_bf16_pairs(Tensor b) -> Tensor");
+  m.def("unpack_bf16_pairs(Tensor w) -> Tensor");
 }
 
 #define NVFP4_IMPLS(m)                        \
@@ -1315,7 +1366,9 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("moe_sort", &moe_sort);                             \
   m.impl("moe_combine", &moe_combine);                       \
   m.impl("moe_route", &moe_route);                           \
-  m.impl("kernel_name", &kernel_name);
+  m.impl("kernel_name", &kernel_name);                       \
+  m.impl("pack_bf16_pairs", &pack_bf16_pairs);               \
+  m.impl("unpack_bf16_pairs", &unpack_bf16_pairs);
 
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 /* The ops a float tensor that requires grad can reach (the competition ops take none). */

@@ -17,6 +17,7 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     moe_sort(ids, num_experts)                           an MoE's token-expert pairs as rows by expert
     moe_combine(y, row_of_pair, weights)                 those rows' weighted sum back per token
     kernel_name(op, *args)                               which kernel op(*args) runs, and how
+    pack_bf16_pairs(b), unpack_bf16_pairs(w)             W4A16 weights in the layout bf16 decodes fastest
 
 The matmul ops take alphas (per-tensor scales), gemm a bias, and return fp16
 or bf16 (out_dtype). ``nn`` holds NVFP4Linear, the layer a model is made of, and
@@ -33,10 +34,11 @@ import torch  # noqa: F401  (loads the libraries _C links against)
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
 from . import layouts, nn, reference
 from .ops import (dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, grouped_mm, kernel_name,
-                  moe_combine, moe_route, moe_sort, quantize, quantized_values)
+                  moe_combine, moe_route, moe_sort, pack_bf16_pairs, quantize, quantized_values, unpack_bf16_pairs)
 
 WITH_CUDA = bool(_C.with_cuda)
 
 __all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "grouped_mm", "quantize",
-           "quantized_values", "moe_route", "moe_sort", "moe_combine", "kernel_name",
+           "quantized_values", "moe_route", "moe_sort", "moe_combine", "kernel_name", "pack_bf16_pairs",
+           "unpack_bf16_pairs",
            "reference", "layouts", "nn", "WITH_CUDA"]

@@ -123,7 +123,8 @@ def gemm_w4a16(x, b, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = 
     x [..., K] with b [N, K/2] (any leading dims, as F.linear takes them), or x [L, M, K] with b
     [L, N, K/2]; sfb as for gemm. Products are exact (an NVFP4 weight value has at most 6
     significant bits), sums in fp32; the result has x's dtype unless out_dtype (or out) says.
-    The weight is decoded in the kernel: no dequantized copy is made.
+    The weight is decoded in the kernel: no dequantized copy is made. With bf16 x, b may also be
+    ``pack_bf16_pairs(b)`` (int32 [..., K/8]): the same weights in a layout the GPU decodes faster.
     """
     al = _scalar("gemm_w4a16", "alpha", alpha)
     if out is None:
@@ -251,6 +252,20 @@ def moe_route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", bia
                                      float(scale))
 
 
+def pack_bf16_pairs(b: torch.Tensor) -> torch.Tensor:
+    """W4A16 weights b [..., K/2] (codes, uint8 or float4_e2m1fn_x2) repacked for bf16 activations:
+    int32 [..., K/8], each 32-bit word's 8 codes rewritten so that the GPU kernels decode them in
+    pairs of adjacent values with ~3/4 of the instructions (the layout: csrc/numerics.h,
+    NVFP4_PAIR_BIT). gemm_w4a16 / dual_gemm_w4a16 take the result in place of b with bf16 x and
+    the same scales. Set-up work: done on the host (a CUDA tensor goes there and back)."""
+    return torch.ops.nvfp4.pack_bf16_pairs(b)
+
+
+def unpack_bf16_pairs(w: torch.Tensor) -> torch.Tensor:
+    """The inverse of pack_bf16_pairs: int32 [..., K/8] -> the checkpoint's uint8 codes [..., K/2]."""
+    return torch.ops.nvfp4.unpack_bf16_pairs(w)
+
+
 def kernel_name(op: str, *args) -> str:
     """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
     e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
@@ -316,6 +331,16 @@ def _(as_, bs, sfas, sfbs, alphas=None, out_dtype=None):
 
 def _w4a16_shape(x, b):
     return (*x.shape[:-1], b.shape[-2])
+
+
+@torch.library.register_fake("nvfp4::pack_bf16_pairs")
+def _(b):
+    return b.new_empty((*b.shape[:-1], b.shape[-1] // 4), dtype=torch.int32)
+
+
+@torch.library.register_fake("nvfp4::unpack_bf16_pairs")
+def _(w):
+    return w.new_empty((*w.shape[:-1], w.shape[-1] * 4), dtype=torch.uint8)
 
 
 def _w4a16_dtype(x, out_dtype):

@@ -48,6 +48,11 @@ def test_opcheck(device, gen):
         (torch.ops.nvfp4.dual_gemm_w4a16.default, (x, b.data, b2.data, b.sf, b2.sf, alpha, None, torch.float16)),
         (torch.ops.nvfp4.dual_gemm_w4a16_out.default,
          (x, b.data, b2.data, b.sf, b2.sf, None, alpha, poisoned((2, 33, 17), device).to(bf16))),
+        (torch.ops.nvfp4.pack_bf16_pairs.default, (b.data,)),
+        (torch.ops.nvfp4.unpack_bf16_pairs.default, (nk.pack_bf16_pairs(b.data),)),
+        (torch.ops.nvfp4.gemm_w4a16.default, (x, nk.pack_bf16_pairs(b.data), b.sf, alpha, bias)),
+        (torch.ops.nvfp4.dual_gemm_w4a16.default,
+         (x, nk.pack_bf16_pairs(b.data), nk.pack_bf16_pairs(b2.data), b.sf, b2.sf, alpha, None, bf16)),
     ]
     def u8(x):  # opcheck copies and compares arguments, which torch cannot do for fp4/fp8 tensors
         if isinstance(x, list):

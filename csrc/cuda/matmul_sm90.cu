@@ -55,7 +55,9 @@
  * producer copies each K step's activation rows raw (128 bytes a row,
  * StageCopies16) and permutes them into the weight decoder's K order with one
  * prmt per 32-bit word (produce16): the order above for fp16, pairs {i, i +
- * 4} of each 8 values for bf16 (nvfp4_e2m1x8_to_bf162x4), the orders
+ * 4} of each 8 values for bf16 (nvfp4_e2m1x8_to_bf162x4), and for weights
+ * repacked for bf16 (AT = NVFP4_BF16_PAIRS) adjacent values, whose words move
+ * whole to other chunks (nvfp4_act16_chunk, no prmt), the orders
  * w4a16.cu's fragments use. The consumers
  * decode the weights into the activations' type, exactly: fp16 fragments
  * carry value * scale * 2^-6, bf16 ones 2^-7 (numerics.cuh), which the
@@ -309,7 +311,7 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
     const int64_t m = (int64_t)(tm % tiles_m) * 128 + r;
     uint4 out[8] = {}; /* chunk c; rows past M stay zero */
     if (m < p.m && AT != NVFP4_E2M1) {
-      /* natural chunk 2q + h (8 values) -> word q of tile chunks 2i + h (nvfp4_act16_words) */
+      /* natural chunk 2q + h (8 values) -> word q of tile chunks nvfp4_act16_chunk(i, h) (nvfp4_act16_words) */
       const uint8_t *row = p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 128;
 #pragma unroll
       for (int h = 0; h < 2; h++) {
@@ -317,12 +319,12 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
           uint32_t w[4];
-          nvfp4_act16_words<AT == NVFP4_BF16>(__ldg(reinterpret_cast<const uint4 *>(row + 16 * (2 * q + h))), w);
+          nvfp4_act16_words<AT>(__ldg(reinterpret_cast<const uint4 *>(row + 16 * (2 * q + h))), w);
 #pragma unroll
           for (int i = 0; i < 4; i++) d[i][q] = w[i];
         }
 #pragma unroll
-        for (int i = 0; i < 4; i++) out[2 * i + h] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
+        for (int i = 0; i < 4; i++) out[nvfp4_act16_chunk<AT>(i, h)] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
       }
     } else if (m < p.m) {
       const uint8_t *row = p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 32;
@@ -694,13 +696,13 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
               for (int q = 0; q < BPT; q++) {
                 uint32_t w[4];
-                nvfp4_act16_words<AT == NVFP4_BF16>(ld_shared_u4(raw_row ^ (uint32_t)(16 * (2 * (t0 + q) + h))), w);
+                nvfp4_act16_words<AT>(ld_shared_u4(raw_row ^ (uint32_t)(16 * (2 * (t0 + q) + h))), w);
 #pragma unroll
                 for (int i = 0; i < 4; i++) d[i][q] = w[i];
               }
 #pragma unroll
               for (int i = 0; i < 4; i++) {
-                const uint32_t dst = (a16_row ^ (uint32_t)(16 * (2 * i + h))) + 4 * t0;
+                const uint32_t dst = (a16_row ^ (uint32_t)(16 * nvfp4_act16_chunk<AT>(i, h))) + 4 * t0;
                 if constexpr (BPT == 4)
                   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(d[i][0]), "r"(d[i][1]),
                                "r"(d[i][2]), "r"(d[i][3]) : "memory");
@@ -847,8 +849,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         };
         /* f: [k16 step][reg]: (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8) */
         auto decode = [&](const uint2(&v)[2], uint32_t sb, uint32_t(&f)[4][4]) {
-          if constexpr (AT == NVFP4_BF16) nvfp4_wgmma_a_fragments_bf16(v[0], v[1], sb, f);
-          else nvfp4_wgmma_a_fragments(v[0], v[1], sb, f);
+          nvfp4_wgmma_a_fragments16<AT == NVFP4_E2M1 ? NVFP4_F16 : AT>(v[0], v[1], sb, f);
         };
         auto load_decode = [&](uint32_t(&f)[2][4][4]) {
           uint2 v[2][2];
@@ -864,7 +865,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           const uint64_t desc = desc0 + (uint64_t)(((g0 + j) & (NA16 - 1)) * (A16_BYTES >> 4));
 #pragma unroll
           for (int s = 0; s < 4; s++)
-            wgmma_rs<N, AT == NVFP4_BF16>(*reinterpret_cast<float(*)[N / 2]>(&acc[hf][0]), f[s], desc + 2 * s);
+            wgmma_rs<N, nvfp4_at_bf16(AT)>(*reinterpret_cast<float(*)[N / 2]>(&acc[hf][0]), f[s], desc + 2 * s);
         };
         /* step j's 8 wgmma on both halves' fragments, committed as one group */
         auto mmas_step = [&](const uint32_t(&f)[2][4][4], int j) {
@@ -1208,9 +1209,14 @@ cudaError_t matmul_sm90_launch(const nvfp4_matmul *problems, int count, int no_p
     case NVFP4_F16: return L.tm == 32   ? launch_tiles<32, NVFP4_F16>(L, nullptr, nullptr, stream)
                            : L.tm == 64 ? launch_tiles<64, NVFP4_F16>(L, nullptr, nullptr, stream)
                                         : launch_tiles<128, NVFP4_F16>(L, ws, ctx, stream);
-    case NVFP4_BF16: return L.tm == 32   ? launch_tiles<32, NVFP4_BF16>(L, nullptr, nullptr, stream)
-                            : L.tm == 64 ? launch_tiles<64, NVFP4_BF16>(L, nullptr, nullptr, stream)
-                                         : launch_tiles<128, NVFP4_BF16>(L, ws, ctx, stream);
+    case NVFP4_BF16:
+      if (problems[0].b.codes == NVFP4_CODES_BF16_PAIRS) /* weights repacked for bf16 (nvfp4.h) */
+        return L.tm == 32   ? launch_tiles<32, NVFP4_BF16_PAIRS>(L, nullptr, nullptr, stream)
+               : L.tm == 64 ? launch_tiles<64, NVFP4_BF16_PAIRS>(L, nullptr, nullptr, stream)
+                            : launch_tiles<128, NVFP4_BF16_PAIRS>(L, ws, ctx, stream);
+      return L.tm == 32   ? launch_tiles<32, NVFP4_BF16>(L, nullptr, nullptr, stream)
+             : L.tm == 64 ? launch_tiles<64, NVFP4_BF16>(L, nullptr, nullptr, stream)
+                          : launch_tiles<128, NVFP4_BF16>(L, ws, ctx, stream);
     default: break;
   }
   switch (L.tm) {
@@ -1227,6 +1233,7 @@ void matmul_sm90_describe(const nvfp4_matmul *problems, int count, int no_pre, b
   if (L.cover.sk_ctas) std::snprintf(split, sizeof split, ", stream-K over %d CTAs", L.cover.sk_ctas);
   else if (L.cover.split > 1) std::snprintf(split, sizeof split, ", split-K %d", L.cover.split);
   const int32_t at = problems[0].a_type;
-  std::snprintf(what, len, "%s%d-row tiles%s%s%s", at == NVFP4_F16 ? "fp16 activations, " : at == NVFP4_BF16 ? "bf16 activations, " : "",
-                L.tm, split, L.a16_bytes() ? ", activations pre-decoded" : "", problems[0].offs ? ", rows by expert" : "");
+  std::snprintf(what, len, "%s%d-row tiles%s%s%s%s", at == NVFP4_F16 ? "fp16 activations, " : at == NVFP4_BF16 ? "bf16 activations, " : "",
+                L.tm, split, L.a16_bytes() ? ", activations pre-decoded" : "", problems[0].offs ? ", rows by expert" : "",
+                problems[0].b.codes == NVFP4_CODES_BF16_PAIRS ? ", weights in bf16 pairs" : "");
 }

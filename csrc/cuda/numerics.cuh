@@ -233,6 +233,18 @@ __device__ __forceinline__ void nvfp4_e2m1x8_to_bf162x4(uint32_t w, uint32_t s2,
   h[2] = nvfp4_mul_bf16x2(nvfp4_bf16_pair<2>(w), s2);
   h[3] = nvfp4_mul_bf16x2(nvfp4_bf16_pair<3>(w), s2);
 }
+/* h = {code 0, code 1}, {2, 3}, {4, 5}, {6, 7} times s2, from a word repacked
+ * by nvfp4_pairs_pack (numerics.h, NVFP4_PAIR_BIT): pair 0 masked in place,
+ * pairs 1 and 2 rotated left by 10 and 13 then masked, pair 3 masked, times
+ * 2^2 + 2^7 + 2^12 (no carries), masked: 8 instructions a word, 4 multiplies
+ * by the scale. The bits land as nvfp4_bf16_pair's, so the same exactness. */
+__device__ __forceinline__ void nvfp4_e2m1x8_pairs_to_bf162x4(uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
+  constexpr uint32_t BITS = 0x81C081C0u; /* sign 15, magnitude 6..8 of each half */
+  h[0] = nvfp4_mul_bf16x2(w & BITS, s2);
+  h[1] = nvfp4_mul_bf16x2(__funnelshift_l(w, w, 10) & BITS, s2);
+  h[2] = nvfp4_mul_bf16x2(__funnelshift_l(w, w, 13) & BITS, s2);
+  h[3] = nvfp4_mul_bf16x2(((w & 0x001B001Bu) * 0x1084u) & BITS, s2);
+}
 /* Two e4m3 scale bytes -> bf16x2 {s0 * 2^119, s1 * 2^119}, exact, NaN kept. */
 __device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_bf162_x2p119(uint32_t two_bytes) {
   const float2 f = nvfp4_e4m3x2_to_float2(two_bytes);
@@ -240,41 +252,56 @@ __device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_bf162_x2p119(uint32_t two_by
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(f.y * 0x1p119f), "f"(f.x * 0x1p119f));
   return d;
 }
-/* A thread's register fragments of wgmma's A operand (fp16, m64nNk16) for
+/* A kernel's AT (the activations' type, nvfp4.h) for bf16 activations with
+ * weights repacked (NVFP4_CODES_BF16_PAIRS): decoded by
+ * nvfp4_e2m1x8_pairs_to_bf162x4 into adjacent values. */
+constexpr int NVFP4_BF16_PAIRS = 4;
+constexpr bool nvfp4_at_bf16(int at) { return at == NVFP4_BF16 || at == NVFP4_BF16_PAIRS; }
+
+/* A thread's register fragments of wgmma's A operand (16-bit, m64nNk16) for
  * one K step of 64 of two weight rows, g and g + 8 of its warp's 16: v0 and
  * v1 their 8 fp4 bytes that the thread owns (thread t of a quad: bytes
  * 8t..8t+7, one scale block), sb their two scale bytes (row g's low). f[s]:
  * the 4 registers of k16 step s, (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8),
- * in the K order of the decoder (matmul_sm90.cu, "K order"): fp16 fragments
- * (value * scale * 2^-6) in nvfp4_e2m1x8_to_half2x4's, or bf16 ones (BF16:
- * value * scale * 2^-7) in nvfp4_e2m1x8_to_bf162x4's. */
-template <bool BF16>
-__device__ __forceinline__ void nvfp4_wgmma_a_fragments_of(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
+ * in the K order of the decoder (matmul_sm90.cu, "K order"): AT = NVFP4_F16:
+ * fp16 fragments (value * scale * 2^-6) in nvfp4_e2m1x8_to_half2x4's order;
+ * NVFP4_BF16: bf16 ones (value * scale * 2^-7) in nvfp4_e2m1x8_to_bf162x4's;
+ * NVFP4_BF16_PAIRS: bf16 ones of repacked words, step s = the block's values
+ * 4s .. 4s + 3 (slots 2t, 2t + 1: 4s, 4s + 1; 2t + 8, 2t + 9: 4s + 2, 4s + 3),
+ * so that each activation register pair is one natural 8-byte piece. */
+template <int AT>
+__device__ __forceinline__ void nvfp4_wgmma_a_fragments16(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
+  constexpr bool BF16 = nvfp4_at_bf16(AT);
   const uint32_t s01 = BF16 ? nvfp4_e4m3x2_to_bf162_x2p119(sb) : nvfp4_e4m3x2_to_half2_bits(sb);
   const uint32_t s0 = prmt(s01, s01, 0x1010), s1 = prmt(s01, s01, 0x3232);
   uint32_t h00[4], h01[4], h10[4], h11[4];
   auto decode = [](uint32_t w, uint32_t s2, uint32_t (&h)[4]) {
-    if (BF16) nvfp4_e2m1x8_to_bf162x4(w, s2, h);
+    if constexpr (AT == NVFP4_BF16_PAIRS) nvfp4_e2m1x8_pairs_to_bf162x4(w, s2, h);
+    else if constexpr (BF16) nvfp4_e2m1x8_to_bf162x4(w, s2, h);
     else nvfp4_e2m1x8_to_half2x4(w, s2, h);
   };
   decode(v0.x, s0, h00);
   decode(v0.y, s0, h01);
   decode(v1.x, s1, h10);
   decode(v1.y, s1, h11);
+  if constexpr (AT == NVFP4_BF16_PAIRS) {
 #pragma unroll
-  for (int s = 0; s < 4; s++) {
-    f[s][0] = h00[s];
-    f[s][1] = h10[s];
-    f[s][2] = h01[s];
-    f[s][3] = h11[s];
+    for (int s = 0; s < 2; s++) {
+      f[s][0] = h00[2 * s], f[s][1] = h10[2 * s], f[s][2] = h00[2 * s + 1], f[s][3] = h10[2 * s + 1];
+      f[s + 2][0] = h01[2 * s], f[s + 2][1] = h11[2 * s], f[s + 2][2] = h01[2 * s + 1], f[s + 2][3] = h11[2 * s + 1];
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      f[s][0] = h00[s];
+      f[s][1] = h10[s];
+      f[s][2] = h01[s];
+      f[s][3] = h11[s];
+    }
   }
 }
 __device__ __forceinline__ void nvfp4_wgmma_a_fragments(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
-  nvfp4_wgmma_a_fragments_of<false>(v0, v1, sb, f);
-}
-/* nvfp4_wgmma_a_fragments with bf16 fragments (value * scale * 2^-7). */
-__device__ __forceinline__ void nvfp4_wgmma_a_fragments_bf16(uint2 v0, uint2 v1, uint32_t sb, uint32_t (&f)[4][4]) {
-  nvfp4_wgmma_a_fragments_of<true>(v0, v1, sb, f);
+  nvfp4_wgmma_a_fragments16<NVFP4_F16>(v0, v1, sb, f);
 }
 
 /* ---- 16-bit activations into the decoders' K orders -------------------------
@@ -284,17 +311,41 @@ __device__ __forceinline__ void nvfp4_wgmma_a_fragments_bf16(uint2 v0, uint2 v1,
  * natural 16-byte chunk n = 2t + h (values 16t + 8h .. + 7, words {x0, x1},
  * {x2, x3}, {x4, x5}, {x6, x7}) gives word t of tile chunks 2s + h: {x0, x2},
  * {x4, x6}, {x1, x3}, {x5, x7} for s = 0..3: one prmt per word (the pairing
- * w4a16.cu builds its B fragments with). d[s] = the word for chunk 2s + h.
- * BF16 (nvfp4_e2m1x8_to_bf162x4's pairs, o_s = 0, 1, 2, 3 and + 4 instead of
- * + 2): {x0, x4}, {x1, x5}, {x2, x6}, {x3, x7}. */
-template <bool BF16>
+ * w4a16.cu builds its B fragments with). d[s] = the word for chunk
+ * nvfp4_act16_chunk(s, h) (2s + h). NVFP4_BF16 (nvfp4_e2m1x8_to_bf162x4's
+ * pairs, o_s = 0, 1, 2, 3 and + 4 instead of + 2): {x0, x4}, {x1, x5}, {x2,
+ * x6}, {x3, x7}. NVFP4_BF16_PAIRS (slots 2t, 2t + 1 of step s = values 16t +
+ * 4s, + 1; 2t + 8, 2t + 9: 16t + 4s + 2, + 3): word i of chunk 2t + h as it
+ * is, to tile chunk 4h + i. */
+template <int AT>
 __device__ __forceinline__ void nvfp4_act16_words(uint4 n, uint32_t (&d)[4]) {
-  if constexpr (BF16) {
+  if constexpr (AT == NVFP4_BF16_PAIRS) {
+    d[0] = n.x, d[1] = n.y, d[2] = n.z, d[3] = n.w;
+  } else if constexpr (AT == NVFP4_BF16) {
     d[0] = prmt(n.x, n.z, 0x5410), d[1] = prmt(n.x, n.z, 0x7632);
     d[2] = prmt(n.y, n.w, 0x5410), d[3] = prmt(n.y, n.w, 0x7632);
   } else {
     d[0] = prmt(n.x, n.y, 0x5410), d[1] = prmt(n.z, n.w, 0x5410);
     d[2] = prmt(n.x, n.y, 0x7632), d[3] = prmt(n.z, n.w, 0x7632);
+  }
+}
+/* the tile chunk that word i of a row's natural chunk 2t + h goes to (as word t) */
+template <int AT>
+__host__ __device__ constexpr int nvfp4_act16_chunk(int i, int h) {
+  return AT == NVFP4_BF16_PAIRS ? 4 * h + i : 2 * i + h;
+}
+/* mma's B fragments of a thread's block (its natural chunks x: values 0..7,
+ * y: 8..15) for k16 steps s = 0..3: b0[s] = tile chunk 2s's word, b1[s] =
+ * chunk 2s + 1's. For repacked weights each pair {b0[s], b1[s]} is one
+ * natural 8-byte piece (x's or y's words 2 (s % 2), + 1), no instruction. */
+template <int AT>
+__device__ __forceinline__ void nvfp4_act16_b(uint4 x, uint4 y, uint32_t (&b0)[4], uint32_t (&b1)[4]) {
+  if constexpr (AT == NVFP4_BF16_PAIRS) {
+    b0[0] = x.x, b1[0] = x.y, b0[1] = x.z, b1[1] = x.w;
+    b0[2] = y.x, b1[2] = y.y, b0[3] = y.z, b1[3] = y.w;
+  } else {
+    nvfp4_act16_words<AT>(x, b0);
+    nvfp4_act16_words<AT>(y, b1);
   }
 }
 

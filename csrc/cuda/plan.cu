@@ -243,6 +243,9 @@ bool valid(const nvfp4_matmul *problems, int count) {
     if (p.k <= 0 || p.k % 16 || p.m < 0 || p.n < 0 || p.batch < 0) return false;
     if ((p.b2.data != nullptr) != (problems[0].b2.data != nullptr) || p.a_type != problems[0].a_type) return false;
     if (!fp4 && p.a_type != NVFP4_F16 && p.a_type != NVFP4_BF16) return false;
+    /* weights repacked for bf16 (nvfp4.h): bf16 activations, every weight operand of the call so */
+    if (p.b.codes != problems[0].b.codes || (p.b2.data && p.b2.codes != p.b.codes)) return false;
+    if (p.b.codes != NVFP4_CODES_BYTES && (p.b.codes != NVFP4_CODES_BF16_PAIRS || p.a_type != NVFP4_BF16)) return false;
     if (p.c_type != NVFP4_F16 && p.c_type != NVFP4_BF16) return false;
     if (p.bias && (p.b2.data || (p.bias_type != NVFP4_F32 && p.bias_type != NVFP4_F16 && p.bias_type != NVFP4_BF16)))
       return false;

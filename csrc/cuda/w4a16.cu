@@ -74,7 +74,11 @@
  * match: the thread reads its row's 16 values (two 16-byte chunks, 8 words
  * {x[2i], x[2i + 1]}) and pairs them with one prmt each, e.g. {x0, x2} =
  * prmt(w0, w1, 0x5410), {x1, x3} = prmt(w0, w1, 0x7632) (numerics.cuh's
- * nvfp4_act16_words, as the wgmma kernel's W4A16 producer).
+ * nvfp4_act16_words, as the wgmma kernel's W4A16 producer). Weights
+ * repacked for bf16 (AT = NVFP4_BF16_PAIRS, nvfp4.h's NVFP4_CODES_BF16_PAIRS):
+ * slots (2t, 2t + 1) of step s hold values 16 t + 4s + (0, 1), (2t + 8, 2t +
+ * 9) 16 t + 4s + (2, 3), so each B fragment pair is one natural 8-byte piece
+ * of the row: no prmt, and a word's decode takes 8 instructions, not 13.
  * Slot k of A and slot k of B are the same value of K in every thread, so each
  * 64-wide sum is the same set of exact products as the reference's: e2m1 x
  * e4m3 (<= 6 significant bits) x 2^-6 (fp16 fragments; 2^-14 below sm_89)
@@ -262,7 +266,7 @@ __device__ __forceinline__ uint32_t load_scales(const uint8_t *src, int n) {
  * tiles (bit i of `tiles`: tile i has a column below N; smem rows w_row[i] + g
  * and w_row8[i] + g) against the first `nt` n8 tiles of activations (a_off0 /
  * a_off1: the thread's two chunks in row g). */
-template <bool BF16, int MW, int NT, int W_OFF, int SF_OFF>
+template <int AT, int MW, int NT, int W_OFF, int SF_OFF>
 __device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], const int (&w_row8)[MW], uint32_t tiles,
                                          int nt, uint32_t a_off0, uint32_t a_off1, int t, float (&acc)[MW][NT][4]) {
   uint32_t fa[MW][4][4];
@@ -272,23 +276,21 @@ __device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], 
       const uint32_t r0 = w_row[i], r8 = w_row8[i];
       const uint2 v0 = ld_shared_u2(step + W_OFF + r0 * 32 + 8 * t), v1 = ld_shared_u2(step + W_OFF + r8 * 32 + 8 * t);
       const uint32_t sb = ld_shared_u8(step + SF_OFF + r0 * 4 + t) | ld_shared_u8(step + SF_OFF + r8 * 4 + t) << 8;
-      if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa[i]); /* straight to bf16 */
-      else nvfp4_wgmma_a_fragments(v0, v1, sb, fa[i]);
+      nvfp4_wgmma_a_fragments16<AT>(v0, v1, sb, fa[i]); /* straight to the activations' type */
     }
 #pragma unroll
   for (int j = 0; j < NT; j++)
     if (j < nt) {
       const uint4 x = ld_shared_u4(step + a_off0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + a_off1 + j * 8 * 2 * KSTEP);
-      /* k16 step s: k slots 2t, 2t + 1 from x (values 16 t + 0..7), 2t + 8, 2t + 9 from y (+ 8..15) */
+      /* k16 step s: its k slots from x (values 16 t + 0..7) and y (+ 8..15) in the decoder's K order */
       uint32_t bx[4], by[4];
-      nvfp4_act16_words<BF16>(x, bx);
-      nvfp4_act16_words<BF16>(y, by);
+      nvfp4_act16_b<AT>(x, y, bx, by);
 #pragma unroll
       for (int i = 0; i < MW; i++)
         if (tiles >> i & 1) {
 #pragma unroll
           for (int s = 0; s < 4; s++) {
-            if (BF16)
+            if (nvfp4_at_bf16(AT))
               mma_16816_bf16(acc[i][j], fa[i][s], bx[s], by[s]);
             else
               mma_16816(acc[i][j], fa[i][s], bx[s], by[s]);
@@ -389,10 +391,11 @@ __device__ __forceinline__ void store_tiles(const nvfp4_matmul &p, int64_t l, in
   }
 }
 
-template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
+template <bool DUAL, int AT, bool FAST, int MW, int TM>
 __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::MIN_CTAS)))
     w4a16_kernel(const __grid_constant__ MatmulTable t, const Split sp) {
   using S = Shape<DUAL, MW, TM>;
+  constexpr bool BF16 = nvfp4_at_bf16(AT);
   constexpr int NT = S::NT;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int last_part; /* this CTA took its split tile's ticket last */
@@ -531,7 +534,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
     } else if (more) {
       load_step(s + S::STAGES - 1);
     }
-    mma_step<BF16, MW, NT, S::W_OFF, S::SF_OFF>(base + s % S::STAGES * S::STEP_BYTES, w_row, w_row8, tiles, nt, a_off0,
+    mma_step<AT, MW, NT, S::W_OFF, S::SF_OFF>(base + s % S::STAGES * S::STEP_BYTES, w_row, w_row8, tiles, nt, a_off0,
                                                 a_off1, tq, acc);
     if constexpr (!FAST) {
       if (more) store_step(s + S::STAGES - 1); /* into step s - 1's slot, which every warp left before the barrier */
@@ -571,7 +574,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * activations (L2 hits) a step (NT = 1) or half a step (NT = 2, 4) ahead, 32 or 64 registers:
  * no shared memory, no barrier and no copy bookkeeping in the loop, ~204
  * instructions a warp, step of 128 and m16 tile (bf16, NT = 1; the rounds
- * before the last two run without checks against n, 216 with them), 0.10 a
+ * before the last two run without checks against n, 216 with them; 150 with
+ * weights repacked for bf16), 0.10 a
  * weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both from
  * the SASS, sm_90a). The instructions, not the loads, bound it at M <= 8
  * (H200, 1 x 8192 x 28672 with checked rounds: 62 us; its weights read from
@@ -602,9 +606,10 @@ struct GemvWeights {
   uint32_t sf[MW][2]; /* their scale bytes of blocks 2t, 2t + 1 */
 };
 
-template <bool DUAL, bool BF16, int NT, int CTAS>
+template <bool DUAL, int AT, int NT, int CTAS>
 __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
                                                                          const Split sp) {
+  constexpr bool BF16 = nvfp4_at_bf16(AT);
   constexpr int MW = DUAL ? 2 : 1, ACC = MW * NT * 4 * 32, DEPTH = gemv_depth(MW, NT, CTAS);
   /* 16-byte chunks of a row an activation buffer holds: a step, or half of one */
   constexpr int XC = NT == 1 && CTAS == 2 ? 4 : 2;
@@ -690,10 +695,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
     float(&a)[MW][NT][4] = MW * NT == 1 && h ? acc_h1 : acc;
     uint32_t bx[NT][4], by[NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
-      nvfp4_act16_words<BF16>(x[j][c0], bx[j]);
-      nvfp4_act16_words<BF16>(x[j][c0 + 1], by[j]);
-    }
+    for (int j = 0; j < NT; j++) nvfp4_act16_b<AT>(x[j][c0], x[j][c0 + 1], bx[j], by[j]);
 #pragma unroll
     for (int q = 0; q < MW; q++) {
       uint32_t fa[4][4];
@@ -701,8 +703,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
       const uint2 v0 = h ? make_uint2(r0.z, r0.w) : make_uint2(r0.x, r0.y);
       const uint2 v1 = h ? make_uint2(r8.z, r8.w) : make_uint2(r8.x, r8.y);
       const uint32_t sb = prmt(s.sf[q][0], s.sf[q][1], h ? 0x51u : 0x40u); /* row g's byte h low, g + 8's */
-      if (BF16) nvfp4_wgmma_a_fragments_bf16(v0, v1, sb, fa);
-      else nvfp4_wgmma_a_fragments(v0, v1, sb, fa);
+      nvfp4_wgmma_a_fragments16<AT>(v0, v1, sb, fa);
 #pragma unroll
       for (int k = 0; k < 4; k++)
 #pragma unroll
@@ -792,11 +793,11 @@ bool fast_ok(const nvfp4_matmul &p) {
   return rows_aligned(p.a, 16) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 
-/* A launch's kernel: dual, bf16 activations, the fast path, the GEMV kernel,
- * m16 tiles per warp, activation rows per tile; and how many CTAs share a
- * tile's K. */
+/* A launch's kernel: dual, bf16 activations (pairs: weights repacked for
+ * them), the fast path, the GEMV kernel, m16 tiles per warp, activation rows
+ * per tile; and how many CTAs share a tile's K. */
 struct Config {
-  bool dual, bf16, fast, gemv;
+  bool dual, bf16, pairs, fast, gemv;
   int mw, tm, split;
   int gemv_ctas = 2; /* the GEMV instance: built for 2 CTAs an SM, or 3 (8 rows of one matrix) */
 };
@@ -821,49 +822,54 @@ struct Entry {
   int smem, threads;
 };
 
-template <bool DUAL, bool BF16, bool FAST, int MW, int TM>
+template <bool DUAL, int AT, bool FAST, int MW, int TM>
 Entry entry() {
   constexpr int smem = Shape<DUAL, MW, TM>::SMEM;
   static_assert(smem <= 48 * 1024, "no opt-in: every sm_80+ device gives a CTA 48 KB");
-  return {reinterpret_cast<const void *>(w4a16_kernel<DUAL, BF16, FAST, MW, TM>), smem, THREADS};
+  return {reinterpret_cast<const void *>(w4a16_kernel<DUAL, AT, FAST, MW, TM>), smem, THREADS};
 }
 
-template <bool BF16, int TM>
+template <int AT, int TM>
 Entry entry(const Config &c) {
-  if (c.dual) return c.fast ? entry<true, BF16, true, 2, TM>() : entry<true, BF16, false, 2, TM>();
-  if (!c.fast) return entry<false, BF16, false, 2, TM>();
-  return c.mw == 1 ? entry<false, BF16, true, 1, TM>() : entry<false, BF16, true, 2, TM>();
+  if (c.dual) return c.fast ? entry<true, AT, true, 2, TM>() : entry<true, AT, false, 2, TM>();
+  if (!c.fast) return entry<false, AT, false, 2, TM>();
+  return c.mw == 1 ? entry<false, AT, true, 1, TM>() : entry<false, AT, true, 2, TM>();
 }
 
-template <bool DUAL, bool BF16>
+template <bool DUAL, int AT>
 Entry gemv_entry(const Config &c) {
   if constexpr (!DUAL) {
-    if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 4, 2>), 0, GEMV_THREADS};
+    if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, AT, 4, 2>), 0, GEMV_THREADS};
     if (c.gemv_ctas == 3)
-      return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, BF16, 1, 3>), 0, GEMV_THREADS};
+      return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, AT, 1, 3>), 0, GEMV_THREADS};
   }
-  return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 1, 2>)
-                    : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, BF16, 2, 2>),
+  return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, AT, 1, 2>)
+                    : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, AT, 2, 2>),
           0, GEMV_THREADS};
 }
 
+template <int AT>
 Entry entry_of(const Config &c) {
-  if (c.gemv)
-    return c.dual ? (c.bf16 ? gemv_entry<true, true>(c) : gemv_entry<true, false>(c))
-                  : (c.bf16 ? gemv_entry<false, true>(c) : gemv_entry<false, false>(c));
-  if (c.tm == 16) return c.bf16 ? entry<true, 16>(c) : entry<false, 16>(c);
-  return c.bf16 ? entry<true, 64>(c) : entry<false, 64>(c);
+  if (c.gemv) return c.dual ? gemv_entry<true, AT>(c) : gemv_entry<false, AT>(c);
+  return c.tm == 16 ? entry<AT, 16>(c) : entry<AT, 64>(c);
+}
+
+Entry entry_of(const Config &c) {
+  return c.pairs  ? entry_of<NVFP4_BF16_PAIRS>(c)
+         : c.bf16 ? entry_of<NVFP4_BF16>(c)
+                  : entry_of<NVFP4_F16>(c);
 }
 
 /* CTAs of the configuration an SM of this device holds at once (registers
  * and shared memory: an sm_86 / sm_89 holds fewer than an A100 or H100),
  * asked once per device and configuration; 1 where the runtime cannot say. */
 int ctas_per_sm(const Config &c) {
-  static int cache[64][512] = {};
+  static int cache[64][1024] = {};
   const DeviceInfo &dev = device_info();
   if (dev.id < 0 || dev.id >= 64) return 1;
   const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0) |
-                  (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0) | (c.tm == 32 ? 128 : 0) | (c.gemv_ctas == 3 ? 256 : 0);
+                  (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0) | (c.tm == 32 ? 128 : 0) | (c.gemv_ctas == 3 ? 256 : 0) |
+                  (c.pairs ? 512 : 0);
   int &n = cache[dev.id][key];
   if (!n) {
     const Entry k = entry_of(c);
@@ -899,7 +905,8 @@ int ctas_per_sm(const Config &c) {
  *   each at least 8 steps of 64: a small M streams its weights through every
  *   SM. */
 Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
-  Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16, true, false, 2, 16, 1};
+  Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16,
+           problems[0].b.codes == NVFP4_CODES_BF16_PAIRS, true, false, 2, 16, 1};
   int64_t min_steps = INT64_MAX;
   bool gemv = true;
   int gemv_rows = 8;
@@ -990,9 +997,11 @@ int gather(const nvfp4_matmul *problems, int count, int32_t a_type, int &from, n
 }
 }  // namespace
 
-/* sm_80+, 16-bit activations; any shape, stride, alignment and scale layout. */
+/* sm_80+, 16-bit activations (weights repacked for bf16 ones: with bf16); any shape, stride, alignment and
+ * scale layout. */
 bool w4a16_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
-  return dev.major >= 8 && (p.a_type == NVFP4_F16 || p.a_type == NVFP4_BF16);
+  return dev.major >= 8 && (p.a_type == NVFP4_F16 || p.a_type == NVFP4_BF16) &&
+         (p.b.codes == NVFP4_CODES_BYTES || p.a_type == NVFP4_BF16);
 }
 
 /* problems[0, count), all dual or all not, each w4a16_can_run: one launch per
@@ -1027,6 +1036,7 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, cha
   const char *gemv = !c.gemv            ? ""
                      : c.gemv_ctas == 3 ? ", GEMV (8 warps share K, 3 CTAs an SM)"
                                         : ", GEMV (8 warps share K)";
-  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), gemv,
-                split, c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "");
+  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), gemv,
+                split, c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "",
+                c.pairs ? ", weights in bf16 pairs" : "");
 }

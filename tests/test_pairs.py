@@ -1,0 +1,159 @@
+"""W4A16 weights repacked for bf16 activations (ops.pack_bf16_pairs, csrc/numerics.h's NVFP4_PAIR_BIT): the
+repacking is a permutation of each word's bits that the GPU decoder's formula takes to bf16 pairs of adjacent
+codes, and gemm_w4a16 / dual_gemm_w4a16 on repacked weights equal the exact reference of the checkpoint's, on
+every kernel that takes them (the GEMV, the tiled kernels, wgmma with and without pre-decoded activations)."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.testing import random_operand
+from conftest import assert_matches
+from helpers import FORCED, w4a16_slack
+from test_epilogue import activations, bias_of, poisoned
+
+MASK32 = 0xFFFFFFFF
+
+
+def rotl(w, s):
+    return ((w << s) | (w >> (32 - s))) & MASK32
+
+
+def decoder_pairs(w):
+    """numerics.cuh's nvfp4_e2m1x8_pairs_to_bf162x4 before the scale: four 32-bit bf16x2 bit patterns."""
+    bits = 0x81C081C0
+    return [w & bits, rotl(w, 10) & bits, rotl(w, 13) & bits, (((w & 0x001B001B) * 0x1084) & MASK32) & bits]
+
+
+def bf16_bits_of_code(c):
+    """A code's bits where the decoders put them in a bf16: m e0 e1 at 6..8, the sign at 15."""
+    return ((c & 7) << 6) | ((c >> 3) << 15)
+
+
+def test_pack_is_a_bit_permutation_the_decoder_inverts(gen):
+    def as_i32(values):
+        return torch.tensor([v - 2**32 if v >= 2**31 else v for v in values], dtype=torch.int32)
+
+    # random words, single bits, and every value of every byte
+    words = torch.cat([torch.randint(-2**31, 2**31, (4096,), generator=gen, dtype=torch.int64).to(torch.int32),
+                       as_i32([1 << i for i in range(32)]), as_i32([v << (8 * p) for p in range(4) for v in range(256)])])
+    packed = nk.pack_bf16_pairs(words.view(torch.uint8).view(-1, 8)).view(-1)
+    assert packed.dtype == torch.int32 and packed.shape == words.shape
+    assert torch.equal(nk.unpack_bf16_pairs(packed.view(-1, 2)).view(torch.int32).view(-1), words)
+    for w, p in zip(words.tolist(), packed.tolist()):
+        w, p = w & MASK32, p & MASK32
+        assert bin(w).count("1") == bin(p).count("1")
+        codes = [(w >> (4 * i)) & 15 for i in range(8)]
+        want = [bf16_bits_of_code(codes[2 * q]) | bf16_bits_of_code(codes[2 * q + 1]) << 16 for q in range(4)]
+        assert decoder_pairs(p) == want, (hex(w), hex(p))
+
+
+def test_pack_shapes_and_devices(device, gen):
+    b = random_operand(None, 5, 48, gen=gen, device=device)
+    w = nk.pack_bf16_pairs(b.data)
+    assert w.shape == (5, 6) and w.dtype == torch.int32 and w.device == b.data.device
+    back = nk.unpack_bf16_pairs(w)
+    assert back.dtype == torch.uint8 and torch.equal(back, b.data.view(torch.uint8))
+    # batched and strided codes; rows are packed on their own (word j = codes 8j .. 8j + 7 of the row)
+    bl = random_operand(3, 4, 64, gen=gen, device=device)
+    assert torch.equal(nk.pack_bf16_pairs(bl.data)[1], nk.pack_bf16_pairs(bl.data[1]))
+    wide = random_operand(None, 4, 128, gen=gen, device=device)
+    assert torch.equal(nk.pack_bf16_pairs(wide.data[:, 16:48]), nk.pack_bf16_pairs(wide.data)[:, 4:12])
+
+
+# decode sizes (the GEMV's 1, 2 and 4 n8 tiles, the tiled kernels past 32 rows or at K % 128 == 64) and prefill
+# sizes (wgmma on Hopper: 32-, 64- and 128-row tiles, split-K and pre-decoded activations where planned)
+SHAPES = [(1, 300, 4096), (8, 7, 1088), (16, 129, 128), (24, 33, 4096), (33, 300, 1024), (5, 65, 192),
+          (64, 7, 64), (129, 300, 1024), (200, 513, 4096), (300, 136, 576)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemm_pairs(device, gen, m, n, k):
+    for layout in ("linear", "blocked"):
+        b = random_operand(None, n, k, gen=gen, device=device, layout=layout)
+        w = nk.pack_bf16_pairs(b.data)
+        bias = bias_of(n, torch.float32, gen, device)
+        x = activations((m, k), torch.bfloat16, gen, device)
+        if device == "cuda" and not FORCED:
+            name = nk.kernel_name("gemm_w4a16", x, w, b.sf)
+            assert "weights in bf16 pairs" in name, name
+            assert name.replace(", weights in bf16 pairs", "") == nk.kernel_name("gemm_w4a16", x, b.data, b.sf)
+        slack = w4a16_slack(x, b.data, b.sf, -1.5)
+        for out_dtype in (torch.bfloat16, torch.float16):
+            out = poisoned((m, n), device, out_dtype)
+            nk.gemm_w4a16(x, w, b.sf, alpha=-1.5, bias=bias, out=out)
+            assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias, out_dtype),
+                           f"pairs {m}x{n}x{k} {layout} -> {out_dtype}", slack=slack)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 300, 4096), (16, 129, 1024), (17, 64, 2048), (40, 129, 512),
+                                   (200, 96, 2048)])
+def test_dual_pairs(device, gen, m, n, k):
+    b1 = random_operand(None, n, k, gen=gen, device=device, layout="blocked")
+    for layout in ("blocked", "linear"):
+        b2 = random_operand(None, n, k, gen=gen, device=device, layout=layout)
+        x = activations((m, k), torch.bfloat16, gen, device)
+        w1, w2 = nk.pack_bf16_pairs(b1.data), nk.pack_bf16_pairs(b2.data)
+        d1, d2, s1, s2 = b1.data, b2.data, b1.sf, b2.sf
+        out = poisoned((*x.shape[:-1], n), device, torch.bfloat16)
+        nk.dual_gemm_w4a16(x, w1, w2, s1, s2, alpha1=0.5, alpha2=-2.0, out=out)
+        assert_matches(out, reference.dual_gemm_w4a16(x, d1, d2, s1, s2, 0.5, -2.0), f"dual pairs {m}x{n}x{k} {layout}",
+                       slack=w4a16_slack(x, d1, s1, 0.5, d2, s2, -2.0))
+
+
+def test_pairs_nan_scale(device, gen):
+    b = random_operand(None, 8, 128, gen=gen, device=device)
+    b.sf.view(torch.uint8)[3, 5] = 0x7F  # an e4m3 NaN: row 3's outputs are NaN
+    w = nk.pack_bf16_pairs(b.data)
+    for m in (4, 64):
+        x = activations((m, 128), torch.bfloat16, gen, device)
+        got = nk.gemm_w4a16(x, w, b.sf)
+        assert torch.isnan(got[:, 3]).all() and not torch.isnan(torch.cat([got[:, :3], got[:, 4:]], 1)).any()
+        assert_matches(got, reference.gemm_w4a16(x, b.data, b.sf), f"pairs NaN scale M = {m}")
+
+
+def test_pairs_bad_arguments(gen):
+    b = random_operand(None, 5, 32, gen=gen)
+    w = nk.pack_bf16_pairs(b.data)
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="repacked for bf16 .* need bfloat16 x"):
+        nk.gemm_w4a16(x.half(), w, b.sf)
+    with pytest.raises(TypeError, match="both be repacked"):
+        nk.dual_gemm_w4a16(x, w, b.data, b.sf, b.sf)
+    with pytest.raises(TypeError, match="both be repacked"):
+        nk.dual_gemm_w4a16(x, b.data, w, b.sf, b.sf)
+    with pytest.raises(ValueError, match="K/8=4 but x has K=48"):
+        nk.gemm_w4a16(torch.zeros(3, 48, dtype=torch.bfloat16), w, b.sf)
+    with pytest.raises(ValueError, match="contiguous along K"):
+        nk.gemm_w4a16(x, torch.zeros(4, 5, dtype=torch.int32).t(), b.sf)
+    with pytest.raises(TypeError, match="must be float4_e2m1fn_x2 or uint8"):
+        nk.gemm(b.data, w, b.sf, b.sf)  # W4A4 takes no repacked weights
+    with pytest.raises(TypeError, match="must be float4_e2m1fn_x2 or uint8"):
+        nk.grouped_mm(x, w.unsqueeze(0), b.sf.unsqueeze(0), torch.tensor([3], dtype=torch.int32))
+    with pytest.raises(TypeError, match="must be float4_e2m1fn_x2 or uint8"):
+        nk.pack_bf16_pairs(w)
+    with pytest.raises(ValueError, match="K a multiple of 16"):
+        nk.pack_bf16_pairs(torch.zeros(3, 12, dtype=torch.uint8))
+    with pytest.raises(TypeError, match="must be int32"):
+        nk.unpack_bf16_pairs(b.data)
+    with pytest.raises(ValueError, match="K a multiple of 16"):
+        nk.unpack_bf16_pairs(torch.zeros(3, 3, dtype=torch.int32))
+
+
+def test_pairs_cuda_graph(gen):
+    if not torch.cuda.is_available() or not nk.WITH_CUDA:
+        pytest.skip("needs a CUDA device and the CUDA build")
+    b = random_operand(None, 300, 4096, gen=gen, device="cuda")
+    w = nk.pack_bf16_pairs(b.data)
+    x = activations((1, 4096), torch.bfloat16, gen, "cuda")
+    out = torch.empty(1, 300, dtype=torch.bfloat16, device="cuda")
+    nk.gemm_w4a16(x, w, b.sf, out=out)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        nk.gemm_w4a16(x, w, b.sf, out=out)
+    x.copy_(activations((1, 4096), torch.bfloat16, gen, "cuda"))
+    out.fill_(float("nan"))
+    g.replay()
+    assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf), "pairs graph replay",
+                   slack=w4a16_slack(x, b.data, b.sf))
