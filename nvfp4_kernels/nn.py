@@ -23,6 +23,11 @@ computed as alpha * (codes' values products, summed in fp32) + bias with alpha =
 weight_scale_2 (w4a4) or weight_scale_2 (w4a16), and rounded to x's dtype. Inference only: the ops
 have no backward.
 
+A w4a16 layer of dtype bfloat16 on a GPU holds ``weight`` repacked for bf16 activations
+(``ops.pack_bf16_pairs``: int32 [N, K/8], the same bits in the order its kernels decode fastest);
+``state_dict()`` gives and ``load_state_dict()`` takes the checkpoint's bytes all the same, and
+``weight_codes()`` returns them.
+
 Tensor parallelism (``shard``, ``ColumnParallelNVFP4Linear``, ``RowParallelNVFP4Linear``) splits
 the weight's rows (N) or its columns (K, in whole 16-value blocks) over ranks; the per-tensor
 scalars are replicated.
@@ -86,10 +91,12 @@ class NVFP4Linear(torch.nn.Module):
             raise ValueError(f"NVFP4Linear: mode must be one of {MODES}, got {mode!r}")
         if bias and dtype not in _BIAS_DTYPES:
             raise TypeError(f"NVFP4Linear: dtype (the bias's) must be float32, float16 or bfloat16, got {dtype}")
-        self.in_features, self.out_features, self.mode = in_features, out_features, mode
+        self.in_features, self.out_features, self.mode, self.dtype = in_features, out_features, mode, dtype
         n, k = out_features, in_features
         f32 = dict(dtype=torch.float32, device=device)
         self.register_buffer("weight", torch.zeros(n, k // 2, dtype=torch.uint8, device=device))
+        if self._pairs(self.weight.device, dtype):
+            self.weight = ops.pack_bf16_pairs(self.weight)
         self.register_buffer("weight_scale", torch.zeros(n, k // _BLOCK, dtype=torch.float8_e4m3fn, device=device))
         self.register_buffer("weight_scale_2", torch.ones((), **f32))
         if mode == "w4a4":
@@ -117,6 +124,27 @@ class NVFP4Linear(torch.nn.Module):
             self._set_derived("_input_global_scale", 1.0 / s_in)
             self._set_derived("_alpha", s_in * self.weight_scale_2.float())
 
+    # ---- the weight's layout ------------------------------------------------------------------
+    def _pairs(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether the weight is held repacked for bf16 (w4a16, bfloat16, on a GPU: the CPU kernel
+        reads the checkpoint's bytes faster)."""
+        return self.mode == "w4a16" and dtype == torch.bfloat16 and device.type == "cuda"
+
+    def weight_codes(self) -> torch.Tensor:
+        """The weight as the checkpoint holds it: uint8 [N, K/2] (a new tensor where it is repacked)."""
+        return ops.unpack_bf16_pairs(self.weight) if self.weight.dtype == torch.int32 else self.weight
+
+    @torch.no_grad()
+    def set_weight_codes(self, codes: torch.Tensor) -> None:
+        """Copy checkpoint codes (uint8 or float4_e2m1fn_x2 [N, K/2]) into the weight, in its layout."""
+        codes = codes.view(torch.uint8) if codes.dtype != torch.uint8 else codes
+        self.weight.copy_(ops.pack_bf16_pairs(codes) if self.weight.dtype == torch.int32 else codes)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.weight.dtype == torch.int32:
+            destination[prefix + "weight"] = self.weight_codes()
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         # the scalars as 0-dim whether stored [] or [1]; a w4a16 layer has no use for input_scale
@@ -126,17 +154,37 @@ class NVFP4Linear(torch.nn.Module):
                 state_dict[prefix + name] = v.reshape(())
         if self.mode == "w4a16":
             state_dict.pop(prefix + "input_scale", None)
+        v = state_dict.get(prefix + "weight")
+        if self.weight.dtype == torch.int32 and isinstance(v, torch.Tensor) and v.dtype in (
+                torch.uint8, torch.float4_e2m1fn_x2) and v.shape == (self.out_features, self.in_features // 2):
+            state_dict[prefix + "weight"] = ops.pack_bf16_pairs(v)  # the checkpoint's bytes, in this layer's layout
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
         self.update_derived_scales()
 
     def _apply(self, fn, recurse=True):
+        # where and in what dtype fn puts a float tensor: the weight's layout follows (repacked on the
+        # host before a move to a GPU)
+        try:
+            probe = fn(torch.empty(0, dtype=self.dtype, device=self.weight.device))
+        except Exception:  # noqa: BLE001  (fn fails on the buffers too, as super()._apply reports)
+            probe = None
+        if probe is not None and self.weight.dtype == torch.uint8 and self.weight.device.type == "cpu" and \
+                self._pairs(probe.device, probe.dtype):
+            self.weight = ops.pack_bf16_pairs(self.weight)
         keep = {k: self._buffers[k] for k in _FIXED_DTYPE if self._buffers.get(k) is not None}
         super()._apply(fn, recurse)
         for k, old in keep.items():
             new = self._buffers[k]
             if new.dtype != old.dtype:  # a dtype cast: take only the device move
                 self._buffers[k] = old.to(new.device)
+        if probe is not None and probe.dtype.is_floating_point:
+            self.dtype = probe.dtype
+        pairs = self._pairs(self.weight.device, self.dtype)
+        if self.weight.dtype == torch.int32 and not pairs:
+            self.weight = ops.unpack_bf16_pairs(self.weight)
+        elif self.weight.dtype == torch.uint8 and pairs:
+            self.weight = ops.pack_bf16_pairs(self.weight)
         return self
 
     # ---- forward -------------------------------------------------------------------------------
@@ -155,6 +203,11 @@ class NVFP4Linear(torch.nn.Module):
         if x.stride(-1) != 1:  # the ops read K contiguously
             x = x.contiguous()
         if self.mode == "w4a16":
+            if self.weight.dtype == torch.int32 and x.dtype != torch.bfloat16:
+                # laid out for bf16 activations: back to the checkpoint's bytes, which fp16 ones take too (once; a
+                # layer meant for fp16 is built, or converted, with dtype float16)
+                with torch.no_grad():
+                    self.weight = ops.unpack_bf16_pairs(self.weight)
             return ops.gemm_w4a16(x, self.weight, self.weight_scale, alpha=self.weight_scale_2, bias=bias)
         x2 = x.reshape(-1, self.in_features)  # rows of any stride: quantize reads K contiguously only
         xq, sx = ops.quantize(x2, global_scale=self._input_global_scale)
@@ -202,7 +255,7 @@ class NVFP4Linear(torch.nn.Module):
                     device=w.device)
         ws2 = conventions.global_scale(w, "modelopt")
         codes, scales = ops.quantize(w, global_scale=ws2, convention="modelopt")
-        layer.weight.copy_(codes)
+        layer.set_weight_codes(codes)
         layer.weight_scale.copy_(scales)
         layer.weight_scale_2.copy_(ws2)
         if mode == "w4a4":
@@ -237,13 +290,14 @@ def _shard_sizes(layer: NVFP4Linear, rank: int, world_size: int, dim: int):
 def _copy_shard(dst: NVFP4Linear, src: NVFP4Linear, rank: int, dim: int) -> NVFP4Linear:
     """Rank's piece of src's tensors into dst (already of the shard's shape); bias where dst has one."""
     n, k = dst.out_features, dst.in_features
+    codes = src.weight_codes()  # each layer in its own layout
     if dim == 0:
         rows = slice(rank * n, (rank + 1) * n)
-        dst.weight.copy_(src.weight[rows])
+        dst.set_weight_codes(codes[rows])
         dst.weight_scale.copy_(src.weight_scale[rows])
         bias = None if src.bias is None else src.bias[rows]
     else:  # K/2 code bytes and K/16 scales of the same K range
-        dst.weight.copy_(src.weight[:, rank * k // 2:(rank + 1) * k // 2])
+        dst.set_weight_codes(codes[:, rank * k // 2:(rank + 1) * k // 2])
         dst.weight_scale.copy_(src.weight_scale[:, rank * k // _BLOCK:(rank + 1) * k // _BLOCK])
         bias = src.bias
     if dst.bias is not None:
@@ -253,10 +307,6 @@ def _copy_shard(dst: NVFP4Linear, src: NVFP4Linear, rank: int, dim: int) -> NVFP
         dst.input_scale.copy_(src.input_scale)
     dst.update_derived_scales()
     return dst
-
-
-def _bias_dtype(layer: NVFP4Linear) -> torch.dtype:
-    return layer.bias.dtype if layer.bias is not None else torch.bfloat16
 
 
 def shard(layer: NVFP4Linear, rank: int, world_size: int, dim: int) -> NVFP4Linear:
@@ -270,7 +320,7 @@ def shard(layer: NVFP4Linear, rank: int, world_size: int, dim: int) -> NVFP4Line
     """
     k, n = _shard_sizes(layer, rank, world_size, dim)
     has_bias = layer.bias is not None and (dim == 0 or rank == 0)
-    dst = NVFP4Linear(k, n, has_bias, mode=layer.mode, dtype=_bias_dtype(layer), device=layer.weight.device)
+    dst = NVFP4Linear(k, n, has_bias, mode=layer.mode, dtype=layer.dtype, device=layer.weight.device)
     return _copy_shard(dst, layer, rank, dim)
 
 
@@ -287,7 +337,7 @@ def _parallel_from_layer(cls, layer: NVFP4Linear, dim: int, rank, world_size, gr
     rank, world_size = _rank_and_size(rank, world_size, group)
     _shard_sizes(layer, rank, world_size, dim)
     dst = cls(layer.in_features, layer.out_features, layer.bias is not None, rank=rank, world_size=world_size,
-              group=group, mode=layer.mode, dtype=_bias_dtype(layer), device=layer.weight.device, **kw)
+              group=group, mode=layer.mode, dtype=layer.dtype, device=layer.weight.device, **kw)
     return _copy_shard(dst, layer, rank, dim)
 
 
@@ -573,10 +623,10 @@ class NVFP4MoE(torch.nn.Module):
                                  "both")
         moe = cls(len(gate), h, i, top_k, mode=mode, device=gate[0].weight.device, **routing)
         for e, (g, u, d) in enumerate(zip(gate, up, down)):
-            moe.w13_weight[e] = torch.cat([g.weight, u.weight])
+            moe.w13_weight[e] = torch.cat([g.weight_codes(), u.weight_codes()])
             moe.w13_weight_scale[e] = torch.cat([g.weight_scale, u.weight_scale])
             moe.w13_weight_scale_2[e] = torch.stack([g.weight_scale_2, u.weight_scale_2])
-            moe.w2_weight[e], moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight, d.weight_scale, \
+            moe.w2_weight[e], moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight_codes(), d.weight_scale, \
                 d.weight_scale_2
             if mode == "w4a4":
                 moe.w13_input_scale[e], moe.w2_input_scale[e] = g.input_scale, d.input_scale

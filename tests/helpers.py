@@ -188,7 +188,7 @@ def random_layer(n, k, bias, mode, gen, device="cpu", dtype=torch.bfloat16):
     layer = NVFP4Linear(k, n, bias, mode=mode, dtype=dtype, device=device)
     w = random_operand(None, n, k, gen=gen, dtype=torch.uint8)
     with torch.no_grad():
-        layer.weight.copy_(w.data)
+        layer.set_weight_codes(w.data)
         layer.weight_scale.copy_(w.sf)
         layer.weight_scale_2.fill_(0.5 + torch.rand((), generator=gen).item())
         if mode == "w4a4":

@@ -157,3 +157,54 @@ def test_pairs_cuda_graph(gen):
     g.replay()
     assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf), "pairs graph replay",
                    slack=w4a16_slack(x, b.data, b.sf))
+
+
+def test_layer_holds_repacked_weights(gen):
+    """A w4a16 bf16 NVFP4Linear on a GPU keeps its weight repacked; state_dict, loading, sharding, moves and casts
+    see the checkpoint's bytes, and its outputs are the reference's."""
+    if not torch.cuda.is_available() or not nk.WITH_CUDA:
+        pytest.skip("needs a CUDA device and the CUDA build")
+    from helpers import random_layer
+    from test_nn import fake_quantized
+
+    cpu = random_layer(96, 256, True, "w4a16", gen)
+    codes = cpu.weight.clone()
+    assert codes.dtype == torch.uint8  # on the host: the checkpoint's bytes
+    layer = nk.nn.NVFP4Linear(256, 96, True, mode="w4a16", device="cuda")
+    assert layer.weight.dtype == torch.int32 and layer.weight.shape == (96, 32)
+    layer.load_state_dict(cpu.state_dict())
+    assert torch.equal(layer.weight, nk.pack_bf16_pairs(codes).cuda())
+    assert torch.equal(layer.weight_codes().cpu(), codes)
+    sd = layer.state_dict()
+    assert sd["weight"].dtype == torch.uint8 and torch.equal(sd["weight"].cpu(), codes)
+    x = activations((5, 256), torch.bfloat16, gen, "cuda")
+    assert_matches(layer(x), fake_quantized(layer, x), "repacked layer", slack=w4a16_slack(x, codes.cuda(),
+                                                                                            layer.weight_scale))
+    moved = cpu.to("cuda")  # packed on the host before the move
+    assert moved.weight.dtype == torch.int32 and torch.equal(moved.weight, layer.weight)
+    assert torch.equal(moved(x), layer(x))
+    half = nk.nn.NVFP4Linear(256, 96, True, mode="w4a16", device="cuda")
+    half.load_state_dict(cpu.state_dict())
+    half.half()
+    assert half.weight.dtype == torch.uint8 and torch.equal(half.weight.cpu(), codes)
+    assert_matches(half(x.half()), fake_quantized(half, x.half()), "cast to fp16",
+                   slack=w4a16_slack(x.half(), codes.cuda(), half.weight_scale))
+    half.bfloat16()
+    assert half.weight.dtype == torch.int32 and torch.equal(half.weight, layer.weight)
+    once = nk.nn.NVFP4Linear(256, 96, True, mode="w4a16", device="cuda")
+    once.load_state_dict(cpu.state_dict())
+    assert_matches(once(x.half()), fake_quantized(once, x.half()), "fp16 x on a bf16 layer",
+                   slack=w4a16_slack(x.half(), codes.cuda(), once.weight_scale))
+    assert once.weight.dtype == torch.uint8  # fp16 x: the checkpoint's bytes from then on
+    assert_matches(once(x), fake_quantized(once, x), "bf16 x after", slack=w4a16_slack(x, codes.cuda(),
+                                                                                       once.weight_scale))
+    back = layer.to("cpu")  # the host's layer reads the checkpoint's bytes
+    assert back.weight.dtype == torch.uint8 and torch.equal(back.weight, codes)
+    layer = back.to("cuda")
+    for dim, cut in ((0, lambda t, r: t[r * 48:(r + 1) * 48]), (1, lambda t, r: t[:, r * 64:(r + 1) * 64])):
+        for r in range(2):  # each shard's weight: its slice of the checkpoint's bytes, repacked
+            part = nk.nn.shard(layer, r, 2, dim=dim)
+            assert part.weight.dtype == torch.int32 and torch.equal(part.weight_codes().cpu(), cut(codes, r))
+            xr = x if dim == 0 else x[:, r * 128:(r + 1) * 128]
+            assert_matches(part(xr), fake_quantized(part, xr), f"shard dim {dim} rank {r}",
+                           slack=w4a16_slack(xr, part.weight_codes(), part.weight_scale))

@@ -211,7 +211,7 @@ def _quantize_model(model, mode, exclude, calibration, fuse_shared_inputs):
             layer = NVFP4Linear(mod.in_features, mod.out_features, bias is not None, mode=mode,
                                 dtype=bias.dtype if bias is not None else w.dtype, device=w.device)
             codes, scales = ops.quantize(w, global_scale=ws2[name], convention="modelopt")
-            layer.weight.copy_(codes)
+            layer.set_weight_codes(codes)
             layer.weight_scale.copy_(scales)
             layer.weight_scale_2.copy_(ws2[name])
             if mode == "w4a4":
