@@ -844,9 +844,6 @@ void competition_dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, 
              harness_blocked(op, "sfb1_perm", sfb1_perm), &sfb2_, NO_EPI, harness_rows(op, "c", c, -1, true));
 }
 
-/* Which kernel, and how configured, `op` would run on these tensors (as the
- * op takes them, in order; group_gemm's four lists one after another): the
- * plan of csrc/cuda/plan.cu, or "cpu". Validates as the op does. */
 /* W4A16 weights repacked for bf16 activations (nvfp4.h, NVFP4_CODES_BF16_PAIRS): codes [..., K/2] (uint8 or
  * float4_e2m1fn_x2) -> int32 [..., K/8], each word through nvfp4_pairs_pack (numerics.h); unpack: the inverse,
  * as uint8. Set-up work, done on the host (a CUDA tensor goes there and back). */
@@ -875,6 +872,9 @@ Tensor repack_words(const Tensor &t, bool pack) {
 Tensor pack_bf16_pairs(const Tensor &b) { return repack_words(b, true); }
 Tensor unpack_bf16_pairs(const Tensor &w) { return repack_words(w, false); }
 
+/* Which kernel, and how configured, `op` would run on these tensors (as the
+ * op takes them, in order; group_gemm's four lists one after another): the
+ * plan of csrc/cuda/plan.cu, or "cpu". Validates as the op does. */
 std::string kernel_name(std::string op, const at::TensorList ts) {
   const OpName name{"nvfp4.kernel_name"};
   const Args args = args_of(ts);

@@ -29,17 +29,19 @@ static void dequant_row(const nvfp4_operand *op, int64_t k, int64_t l, int64_t r
   int64_t k_blocks = k / 16;
   for (int64_t kb = 0; kb < k_blocks; kb++) {
     float s = nvfp4_scale(op, k_blocks, l, row, kb);
+    const uint8_t *bytes = codes + kb * 8;
     uint8_t block[8];
-    memcpy(block, codes + kb * 8, 8);
-    if (op->codes == NVFP4_CODES_BF16_PAIRS)
-      for (int h = 0; h < 2; h++) { /* each word back to the checkpoint's bytes (little-endian) */
+    if (op->codes == NVFP4_CODES_BF16_PAIRS) { /* each word back to the checkpoint's bytes (little-endian) */
+      for (int h = 0; h < 2; h++) {
         uint32_t w = 0;
-        for (int b = 0; b < 4; b++) w |= (uint32_t)block[4 * h + b] << (8 * b);
+        for (int b = 0; b < 4; b++) w |= (uint32_t)bytes[4 * h + b] << (8 * b);
         w = nvfp4_pairs_unpack(w);
         for (int b = 0; b < 4; b++) block[4 * h + b] = (uint8_t)(w >> (8 * b));
       }
+      bytes = block;
+    }
     for (int j = 0; j < 8; j++) {
-      uint8_t byte = block[j];
+      uint8_t byte = bytes[j];
       out[kb * 16 + 2 * j] = lut[byte & 15] * s;   /* low nibble: even k */
       out[kb * 16 + 2 * j + 1] = lut[byte >> 4] * s;
     }

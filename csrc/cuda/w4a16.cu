@@ -997,11 +997,9 @@ int gather(const nvfp4_matmul *problems, int count, int32_t a_type, int &from, n
 }
 }  // namespace
 
-/* sm_80+, 16-bit activations (weights repacked for bf16 ones: with bf16); any shape, stride, alignment and
- * scale layout. */
+/* sm_80+, 16-bit activations; any shape, stride, alignment and scale layout. */
 bool w4a16_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
-  return dev.major >= 8 && (p.a_type == NVFP4_F16 || p.a_type == NVFP4_BF16) &&
-         (p.b.codes == NVFP4_CODES_BYTES || p.a_type == NVFP4_BF16);
+  return dev.major >= 8 && (p.a_type == NVFP4_F16 || p.a_type == NVFP4_BF16);
 }
 
 /* problems[0, count), all dual or all not, each w4a16_can_run: one launch per
