@@ -3,8 +3,8 @@
     python -m benchmarks.bench_models [--model 8b 70b] [--m 1,16,256] [--mode w4a4 w4a16 w4a16p] [--json F] [--png F]
 
 Per model, the four linears of one decoder layer: qkv, o, gate+up (one dual gemm: silu(x Wg^T) *
-(x Wu^T)) and down. W4A4 runs as a model runs it: the activation `quantize` plus the gemm (both
-timed); W4A16 is one call on the bf16 activations (w4a16p: with the weights repacked for bf16,
+(x Wu^T)) and down. W4A4 runs as a model runs it: gemm_w4a4, the activations' quantization and the
+gemm of them (both timed); W4A16 is one call on the bf16 activations (w4a16p: with the weights repacked for bf16,
 ops.pack_bf16_pairs). bf16 is F.linear (and silu * mul for the dual)
 in the same run. GPU time per call from CUDA-graph replays of a chain of calls that walks over
 enough copies of the weights to exceed L2 (so every call reads its weights from DRAM, as a model's
@@ -77,14 +77,12 @@ def make_calls(mode, m, n, k, dual, gen):
             (c1, s1, a1), (c2, s2, a2) = ws
 
             def call(c1=c1, s1=s1, a1=a1 / gx, c2=c2, s2=s2, a2=a2 / gx):
-                xq, sx = nk.quantize(x, global_scale=gx)
-                return nk.dual_gemm(xq, c1, c2, sx, s1, s2, alpha1=a1, alpha2=a2, out_dtype=torch.bfloat16)
+                return nk.dual_gemm_w4a4(x, c1, c2, s1, s2, global_scale=gx, alpha1=a1, alpha2=a2)
         else:
             (c, s, a), = ws
 
             def call(c=c, s=s, a=a / gx):
-                xq, sx = nk.quantize(x, global_scale=gx)
-                return nk.gemm(xq, c, sx, s, alpha=a, out_dtype=torch.bfloat16)
+                return nk.gemm_w4a4(x, c, s, global_scale=gx, alpha=a)
         calls.append(call)
     return calls
 
@@ -96,8 +94,8 @@ def kernel_of(mode, m, n, k, dual, gen):
     if mode in ("w4a16", "w4a16p"):
         x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
         return nk.kernel_name("dual_gemm_w4a16", x, c, c, s, s) if dual else nk.kernel_name("gemm_w4a16", x, c, s)
-    xq, sx = nk.quantize(torch.zeros(m, k, device="cuda", dtype=torch.bfloat16), global_scale=1.0)
-    return (nk.kernel_name("dual_gemm", xq, c, c, sx, s, s) if dual else nk.kernel_name("gemm", xq, c, sx, s))
+    x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
+    return nk.kernel_name("dual_gemm_w4a4", x, c, c, s, s) if dual else nk.kernel_name("gemm_w4a4", x, c, s)
 
 
 def run(models, tokens, modes, json_path=None, png_path=None):

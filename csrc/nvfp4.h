@@ -257,6 +257,15 @@ typedef void *(*nvfp4_workspace_fn)(size_t bytes, void *ctx);
 nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn workspace, void *ctx,
                                   cudaStream_t stream);
 
+/* A W4A4 problem whose activations come unquantized (the gemm_w4a4 ops):
+ * p holds them as 16-bit values (a_type F16 / BF16). They are quantized
+ * with one global scale, then either to codes and linear scales
+ * (contiguous) for a kernel of NVFP4 activations, or to the values those
+ * stand for (nvfp4_quantize.values) for a kernel of 16-bit activations: the
+ * same products either way. 1: the values run faster on the current device
+ * (csrc/cuda/plan.cu says where); 0: the codes. */
+int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *p);
+
 /* Quantization on `stream` (any x_type), no host synchronisation. */
 nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);
 

@@ -533,26 +533,106 @@ Tensor w4a16_out_rows(const char *op, const Tensor &out, int64_t rows) {
   return out.view({rows, n});
 }
 
+void quantize_input(const char *op, nvfp4_quantize &q, const Tensor &x, const std::optional<Tensor> &global_scale,
+                    bool rows_ok);
+void quantize_run(const char *op, nvfp4_quantize &q, const Tensor &x);
+
+/* p's activations as the codes and linear scales w4a4_run quantizes them to: contiguous [L?, M, K/2] and
+ * [L?, M, K/16] at data and sf. */
+void set_codes(nvfp4_matmul &p, const uint8_t *data, const uint8_t *sf, bool batched) {
+  p.a = nvfp4_operand{data, batched ? p.m * (p.k / 2) : 0, p.k / 2, sf, batched ? p.m * (p.k / 16) : 0, p.k / 16,
+                      NVFP4_SF_LINEAR, NVFP4_CODES_BYTES};
+  p.a_type = NVFP4_E2M1;
+}
+
+/* The W4A4 ops take the checkpoint's bytes, not weights repacked for bf16 (which only the W4A16 kernels read). */
+void check_w4a4_weights(const char *op, const Arg &b1, const Arg *b2) {
+  TORCH_CHECK_TYPE(b1.dtype != at::kInt && (!b2 || b2->dtype != at::kInt), op,
+                   ": weights repacked for bf16 (int32) are for gemm_w4a16; give the checkpoint's bytes ",
+                   "(ops.unpack_bf16_pairs)");
+}
+
+/* W4A4 with the activations quantized in the call (the gemm_w4a4 ops): x2 (as w4a16_rows gives it, fp16 / bf16)
+ * quantized per 16 values with one global scale (as the quantize op), times the NVFP4 weights. Validated in full
+ * first; then x2 is quantized to codes and linear scales for the W4A4 kernels, or to the values they stand for
+ * for the W4A16 kernels, whichever plan.cu says runs faster (the same products), into a tensor of the caching
+ * allocator (stream-ordered, valid under CUDA-graph capture), and the problem runs. out2: the output as the
+ * problem writes it, or null: allocated of `type`. */
+Tensor w4a4_run(const char *op, const Tensor &x2, const Tensor &b1, const Tensor *b2, const Tensor &sfb1,
+                const Tensor *sfb2, const std::optional<Tensor> &global_scale, const Epi &e, const Tensor *out2,
+                at::ScalarType type) {
+  const Arg x_(x2), b_(b1), sfb_(sfb1), b2_ = b2 ? Arg(*b2) : Arg(b1), sfb2_ = sfb2 ? Arg(*sfb2) : Arg(sfb1);
+  check_w4a4_weights(op, b_, b2 ? &b2_ : nullptr);
+  Problem pr = make_problem({op}, x_, b_, b2 ? &b2_ : nullptr, nullptr, sfb_, sfb2 ? &sfb2_ : nullptr, e.alpha, false);
+  set_epilogue({op}, pr, e);
+  nvfp4_quantize q{};
+  quantize_input(op, q, x2, global_scale, false);
+  const Tensor out = out2 ? *out2 : alloc_out(pr, x2, type);
+  bind_out({op}, pr, Arg(out, true), false);
+  nvfp4_matmul &p = pr.p;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return out;
+  bool values = false;
+#ifdef NVFP4_WITH_CUDA
+  if (pr.device.is_cuda()) {
+    c10::cuda::CUDAGuard guard(pr.device);
+    values = nvfp4_matmul_cuda_prefers_values(&p) != 0;
+  }
+#endif
+  const int64_t M = p.m, K = p.k, L = p.batch;
+  const bool batched = x2.dim() == 3;
+  Tensor quantized, scales;  // alive until the problem's launch is queued
+  if (values) {
+    quantized = at::empty(x2.sizes(), x2.options().memory_format(at::MemoryFormat::Contiguous));
+    q.values = quantized.data_ptr();
+    q.values_type = p.a_type;
+    q.values_row_stride = K, q.values_batch_stride = M * K;
+    quantize_run(op, q, x2);
+    p.a.data = static_cast<const uint8_t *>(quantized.const_data_ptr());
+    p.a.row_stride = 2 * K, p.a.batch_stride = batched ? 2 * M * K : 0;
+  } else {
+    const int64_t rows = L * M;
+    quantized = at::empty({rows, K / 2}, x2.options().dtype(at::kByte));
+    scales = at::empty({rows, K / 16}, x2.options().dtype(at::kFloat8_e4m3fn));
+    q.data = quantized.mutable_data_ptr<uint8_t>();
+    q.data_row_stride = K / 2, q.data_batch_stride = M * (K / 2);
+    q.sf = static_cast<uint8_t *>(scales.data_ptr());
+    q.sf_layout = NVFP4_SF_LINEAR;
+    q.sf_row_stride = K / 16, q.sf_batch_stride = M * (K / 16);
+    quantize_run(op, q, x2);
+    set_codes(p, q.data, q.sf, batched);
+  }
+  run({op}, &p, 1, pr.device);
+  return out;
+}
+
+/* gemm_w4a16 and the W4A4 ops (global_scale given: w4a4_run) alike: x [..., K] rows (see w4a16_rows). */
 Tensor w4a16_alloc(const char *op, const Tensor &x, const Tensor &b1, const Tensor *b2, const Tensor &sfb1,
-                   const Tensor *sfb2, const Epi &e, std::optional<at::ScalarType> out_dtype) {
+                   const Tensor *sfb2, const Epi &e, std::optional<at::ScalarType> out_dtype,
+                   const std::optional<Tensor> *global_scale = nullptr) {
   const Tensor x2 = w4a16_rows(op, x, b1);
   const at::ScalarType type = out_type({op}, out_dtype, x.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf);
-  Tensor out2 = matmul_alloc(op, false, x2, b1, b2, nullptr, sfb1, sfb2, e, type);
+  Tensor out2 = global_scale ? w4a4_run(op, x2, b1, b2, sfb1, sfb2, *global_scale, e, nullptr, type)
+                             : matmul_alloc(op, false, x2, b1, b2, nullptr, sfb1, sfb2, e, type);
   return b1.dim() == 2 && x.dim() != 2 ? out2.view(w4a16_out_shape(x, b1.size(-2))) : out2;
 }
 
 void w4a16_out(const char *op, const Tensor &x, const Tensor &b1, const Tensor *b2, const Tensor &sfb1,
-               const Tensor *sfb2, const Epi &e, const Tensor &out) {
+               const Tensor *sfb2, const Epi &e, const Tensor &out, const std::optional<Tensor> *global_scale = nullptr) {
   check_writable({op}, "out", out,
                  {{"x", &x}, {b2 ? "b1" : "b", &b1}, {"b2", b2}, {b2 ? "sfb1" : "sfb", &sfb1}, {"sfb2", sfb2},
                   {"alpha", e.alpha ? &*e.alpha : nullptr}, {"alpha2", e.alpha2 ? &*e.alpha2 : nullptr},
-                  {"bias", e.bias ? &*e.bias : nullptr}});
+                  {"bias", e.bias ? &*e.bias : nullptr},
+                  {"global_scale", global_scale && *global_scale ? &**global_scale : nullptr}});
   const Tensor x2 = w4a16_rows(op, x, b1);
   if (b1.dim() == 2 && x.dim() != 2)
     TORCH_CHECK_VALUE(out.dim() == x.dim() && out.size(-1) == b1.size(0) &&
                           std::equal(out.sizes().begin(), out.sizes().end() - 1, x.sizes().begin()),
                       op, ": out has shape ", out.sizes(), ", expected ", at::IntArrayRef(w4a16_out_shape(x, b1.size(-2))));
   const Tensor out2 = b1.dim() == 2 && x.dim() != 2 ? w4a16_out_rows(op, out, x2.size(0)) : out;
+  if (global_scale) {
+    w4a4_run(op, x2, b1, b2, sfb1, sfb2, *global_scale, e, &out2, out2.scalar_type());
+    return;
+  }
   const Arg b2_ = b2 ? Arg(*b2) : Arg(b1), sfb2_ = sfb2 ? Arg(*sfb2) : Arg(sfb1);
   matmul_out(op, false, x2, b1, b2 ? &b2_ : nullptr, nullptr, sfb1, sfb2 ? &sfb2_ : nullptr, e, Arg(out2, true));
 }
@@ -576,6 +656,31 @@ Tensor dual_gemm_w4a16(const Tensor &x, const Tensor &b1, const Tensor &b2, cons
 void dual_gemm_w4a16_out(const Tensor &x, const Tensor &b1, const Tensor &b2, const Tensor &sfb1, const Tensor &sfb2,
                          const std::optional<Tensor> &alpha1, const std::optional<Tensor> &alpha2, const Tensor &out) {
   w4a16_out("nvfp4.dual_gemm_w4a16", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out);
+}
+
+/* W4A4 as a model's layer runs it: x quantized with global_scale (as quantize), then the gemm of it (w4a4_run). */
+Tensor gemm_w4a4(const Tensor &x, const Tensor &b, const Tensor &sfb, const std::optional<Tensor> &global_scale,
+                 const std::optional<Tensor> &alpha, const std::optional<Tensor> &bias,
+                 std::optional<at::ScalarType> out_dtype) {
+  return w4a16_alloc("nvfp4.gemm_w4a4", x, b, nullptr, sfb, nullptr, {alpha, NONE, bias}, out_dtype, &global_scale);
+}
+
+void gemm_w4a4_out(const Tensor &x, const Tensor &b, const Tensor &sfb, const std::optional<Tensor> &global_scale,
+                   const std::optional<Tensor> &alpha, const std::optional<Tensor> &bias, const Tensor &out) {
+  w4a16_out("nvfp4.gemm_w4a4", x, b, nullptr, sfb, nullptr, {alpha, NONE, bias}, out, &global_scale);
+}
+
+Tensor dual_gemm_w4a4(const Tensor &x, const Tensor &b1, const Tensor &b2, const Tensor &sfb1, const Tensor &sfb2,
+                      const std::optional<Tensor> &global_scale, const std::optional<Tensor> &alpha1,
+                      const std::optional<Tensor> &alpha2, std::optional<at::ScalarType> out_dtype) {
+  return w4a16_alloc("nvfp4.dual_gemm_w4a4", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out_dtype,
+                     &global_scale);
+}
+
+void dual_gemm_w4a4_out(const Tensor &x, const Tensor &b1, const Tensor &b2, const Tensor &sfb1, const Tensor &sfb2,
+                        const std::optional<Tensor> &global_scale, const std::optional<Tensor> &alpha1,
+                        const std::optional<Tensor> &alpha2, const Tensor &out) {
+  w4a16_out("nvfp4.dual_gemm_w4a4", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out, &global_scale);
 }
 
 /* Rows grouped by expert (a mixture of experts, nvfp4.h): x [T, K] fp16 /
@@ -890,13 +995,22 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     takes(6);
     prs.push_back(make_problem({"nvfp4.dual_gemm"}, args[0], args[1], &args[2], &args[3], args[4], &args[5],
                                std::nullopt, false));
-  } else if (op == "gemm_w4a16" || op == "dual_gemm_w4a16") {
-    const bool dual = op == "dual_gemm_w4a16";
+  } else if (op == "gemm_w4a16" || op == "dual_gemm_w4a16" || op == "gemm_w4a4" || op == "dual_gemm_w4a4") {
+    const bool dual = op.rfind("dual", 0) == 0, w4a4 = op.back() == '4';  /* the W4A4 ops: x without its scale */
     takes(dual ? 5 : 3);
     const Tensor xt = w4a16_rows(op.c_str(), ts[0], ts[1]);
     const Arg x(xt);
+    if (w4a4) check_w4a4_weights(op.c_str(), args[1], dual ? &args[2] : nullptr);
     prs.push_back(make_problem({op.c_str()}, x, args[1], dual ? &args[2] : nullptr, nullptr, args[dual ? 3 : 2],
                                dual ? &args[4] : nullptr, std::nullopt, false));
+#ifdef NVFP4_WITH_CUDA
+    if (w4a4 && prs[0].device.is_cuda()) {
+      c10::cuda::CUDAGuard guard(prs[0].device);
+      /* the codes route: planned on stand-in addresses of w4a4_run's fresh tensors (planning reads no memory) */
+      const uint8_t *fresh = reinterpret_cast<const uint8_t *>(uintptr_t{256});
+      if (!nvfp4_matmul_cuda_prefers_values(&prs[0].p)) set_codes(prs[0].p, fresh, fresh, xt.dim() == 3);
+    }
+#endif
   } else if (op == "grouped_mm" || op == "grouped_mm_gated") {
     takes(4);
     prs.push_back(make_grouped({"nvfp4.grouped_mm"}, ts[0], ts[1], ts[2], ts[3], std::nullopt, std::nullopt,
@@ -910,7 +1024,8 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     prs = make_group(part(0), part(1), part(2), part(3));
   } else {
     TORCH_CHECK_VALUE(false, name, ": op must be \"gemv\", \"gemm\", \"dual_gemm\", \"group_gemm\", \"gemm_w4a16\", "
-                      "\"dual_gemm_w4a16\", \"grouped_mm\" or \"grouped_mm_gated\", got \"", op, "\"");
+                      "\"dual_gemm_w4a16\", \"gemm_w4a4\", \"dual_gemm_w4a4\", \"grouped_mm\" or \"grouped_mm_gated\", "
+                      "got \"", op, "\"");
   }
   if (prs[0].device.is_cpu()) return "cpu";
 #ifdef NVFP4_WITH_CUDA
@@ -1323,6 +1438,14 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
         "Tensor? alpha2=None, ScalarType? out_dtype=None) -> Tensor");
   m.def("dual_gemm_w4a16_out(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? alpha1, "
         "Tensor? alpha2, Tensor(a!) out) -> ()");
+  m.def("gemm_w4a4(Tensor x, Tensor b, Tensor sfb, Tensor? global_scale=None, Tensor? alpha=None, Tensor? bias=None, "
+        "ScalarType? out_dtype=None) -> Tensor");
+  m.def("gemm_w4a4_out(Tensor x, Tensor b, Tensor sfb, Tensor? global_scale, Tensor? alpha, Tensor? bias, "
+        "Tensor(a!) out) -> ()");
+  m.def("dual_gemm_w4a4(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? global_scale=None, "
+        "Tensor? alpha1=None, Tensor? alpha2=None, ScalarType? out_dtype=None) -> Tensor");
+  m.def("dual_gemm_w4a4_out(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? global_scale, "
+        "Tensor? alpha1, Tensor? alpha2, Tensor(a!) out) -> ()");
   m.def("grouped_mm(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas=None, Tensor? alphas2=None, "
         "bool gated=False, ScalarType? out_dtype=None) -> Tensor");
   m.def("grouped_mm_out(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas, Tensor? alphas2, bool gated, "
@@ -1356,6 +1479,10 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.impl("gemm_w4a16_out", &gemm_w4a16_out);  \
   m.impl("dual_gemm_w4a16", &dual_gemm_w4a16);          \
   m.impl("dual_gemm_w4a16_out", &dual_gemm_w4a16_out);  \
+  m.impl("gemm_w4a4", &gemm_w4a4);                      \
+  m.impl("gemm_w4a4_out", &gemm_w4a4_out);              \
+  m.impl("dual_gemm_w4a4", &dual_gemm_w4a4);            \
+  m.impl("dual_gemm_w4a4_out", &dual_gemm_w4a4_out);    \
   m.impl("grouped_mm", &grouped_mm);                    \
   m.impl("grouped_mm_out", &grouped_mm_out);            \
   m.impl("competition_group_gemm", &competition_group_gemm); \
@@ -1375,6 +1502,7 @@ NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, CPU, m) { NVFP4_IMPLS(m) }
 NVFP4_LIBRARY_IMPL(NVFP4_OP_NAMESPACE, Autograd, m) {
   for (const char *op : {"gemv", "gemv_out", "gemm", "gemm_out", "dual_gemm", "dual_gemm_out", "group_gemm",
                          "group_gemm_out", "gemm_w4a16", "gemm_w4a16_out", "dual_gemm_w4a16", "dual_gemm_w4a16_out",
+                         "gemm_w4a4", "gemm_w4a4_out", "dual_gemm_w4a4", "dual_gemm_w4a4_out",
                          "grouped_mm", "grouped_mm_out", "quantize", "quantized_values", "moe_combine", "moe_route"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&refuse_autograd>());
 }

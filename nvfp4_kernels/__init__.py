@@ -10,6 +10,8 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     group_gemm(as_, bs, sfas, sfbs, *, outs=None)        a list of independent gemms
     gemm_w4a16(x, b, sfb, *, out=None)                   x fp16 / bf16 values times NVFP4 weights
     dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out=None)  the dual of those
+    gemm_w4a4(x, b, sfb, *, global_scale=None)           x quantized to NVFP4 in the call, times B
+    dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, *, ...)        the dual of those
     grouped_mm(x, w, w_sf, offs, *, gated=False)         x's rows by expert (MoE): offs on the device
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
     quantized_values(x, *, global_scale=None, ...)       the values those codes and scales stand for
@@ -33,12 +35,14 @@ import torch  # noqa: F401  (loads the libraries _C links against)
 
 from . import _C  # noqa: F401  (loading it registers torch.ops.nvfp4.*)
 from . import layouts, nn, reference
-from .ops import (dual_gemm, dual_gemm_w4a16, gemm, gemm_w4a16, gemv, group_gemm, grouped_mm, kernel_name,
-                  moe_combine, moe_route, moe_sort, pack_bf16_pairs, quantize, quantized_values, unpack_bf16_pairs)
+from .ops import (dual_gemm, dual_gemm_w4a4, dual_gemm_w4a16, gemm, gemm_w4a4, gemm_w4a16, gemv, group_gemm,
+                  grouped_mm, kernel_name, moe_combine, moe_route, moe_sort, pack_bf16_pairs, quantize,
+                  quantized_values, unpack_bf16_pairs)
 
 WITH_CUDA = bool(_C.with_cuda)
 
-__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "grouped_mm", "quantize",
+__all__ = ["gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "gemm_w4a4", "dual_gemm_w4a4",
+           "grouped_mm", "quantize",
            "quantized_values", "moe_route", "moe_sort", "moe_combine", "kernel_name", "pack_bf16_pairs",
            "unpack_bf16_pairs",
            "reference", "layouts", "nn", "WITH_CUDA"]

@@ -15,7 +15,7 @@ With dequantize(codes, scales) = e2m1(code) * e4m3(scale) per element (``referen
 
     W   = dequantize(weight, weight_scale) * weight_scale_2
     w4a4:  x_q = dequantize(quantize(x, global_scale=1 / input_scale)) * input_scale
-           (x quantized per 16 values along K, as ``ops.quantize``)
+           (x quantized per 16 values along K, as ``ops.quantize``; ``ops.gemm_w4a4``)
     w4a16: x_q = x (fp16 / bf16 values, exact)
     y   = x_q @ W^T + bias
 
@@ -209,10 +209,8 @@ class NVFP4Linear(torch.nn.Module):
                 with torch.no_grad():
                     self.weight = ops.unpack_bf16_pairs(self.weight)
             return ops.gemm_w4a16(x, self.weight, self.weight_scale, alpha=self.weight_scale_2, bias=bias)
-        x2 = x.reshape(-1, self.in_features)  # rows of any stride: quantize reads K contiguously only
-        xq, sx = ops.quantize(x2, global_scale=self._input_global_scale)
-        y = ops.gemm(xq, self.weight, sx, self.weight_scale, alpha=self._alpha, bias=bias, out_dtype=x.dtype)
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return ops.gemm_w4a4(x, self.weight, self.weight_scale, global_scale=self._input_global_scale,
+                             alpha=self._alpha, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] float16 or bfloat16 -> [..., out_features] in x's dtype."""

@@ -143,6 +143,36 @@ def dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out: Optional[torch.Tensor] = None
     return out
 
 
+def gemm_w4a4(x, b, sfb, *, global_scale: Alpha = None, out: Optional[torch.Tensor] = None, alpha: Alpha = None,
+              bias: Optional[torch.Tensor] = None, out_dtype: OutDtype = None) -> torch.Tensor:
+    """W4A4 as a model's layer runs it: x fp16 / bf16 quantized to NVFP4 with global_scale (as
+    quantize), then alpha * x_q @ B^T + bias, in one op (reference.gemm_w4a4).
+
+    x and b as for gemm_w4a16 (b: the checkpoint's bytes). The quantized activation goes either to
+    the kernels of NVFP4 activations as codes and scales, or to those of 16-bit activations as the
+    values the codes stand for (quantized_values), whichever runs faster (csrc/cuda/plan.cu): the
+    products are the same. A layer with input scale s passes global_scale = 1 / s and alpha =
+    s * weight_scale_2. The result has x's dtype unless out_dtype (or out) says.
+    """
+    g, al = _scalar("gemm_w4a4", "global_scale", global_scale, positive=True), _scalar("gemm_w4a4", "alpha", alpha)
+    if out is None:
+        return torch.ops.nvfp4.gemm_w4a4(x, b, sfb, g, al, bias, out_dtype)
+    torch.ops.nvfp4.gemm_w4a4_out(x, b, sfb, g, al, bias, out)
+    return out
+
+
+def dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, *, global_scale: Alpha = None, out: Optional[torch.Tensor] = None,
+                   alpha1: Alpha = None, alpha2: Alpha = None, out_dtype: OutDtype = None) -> torch.Tensor:
+    """W4A4 dual: silu(alpha1 * x_q @ B1^T) * (alpha2 * x_q @ B2^T), x quantized once (see gemm_w4a4)."""
+    op = "dual_gemm_w4a4"
+    g = _scalar(op, "global_scale", global_scale, positive=True)
+    a1, a2 = _scalar(op, "alpha1", alpha1), _scalar(op, "alpha2", alpha2)
+    if out is None:
+        return torch.ops.nvfp4.dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, g, a1, a2, out_dtype)
+    torch.ops.nvfp4.dual_gemm_w4a4_out(x, b1, b2, sfb1, sfb2, g, a1, a2, out)
+    return out
+
+
 def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alphas2: Optional[torch.Tensor] = None,
                gated: bool = False, out: Optional[torch.Tensor] = None, out_dtype: OutDtype = None) -> torch.Tensor:
     """Rows grouped by expert (a mixture of experts), as torch._grouped_mm takes them: x [T, K]
@@ -270,10 +300,12 @@ def kernel_name(op: str, *args) -> str:
     """Which kernel ``op(*args)`` would run on these tensors' device, and how it is configured:
     e.g. "wgmma (128-row tiles, split-K 2)", "gemv_dp4a", "gemv_mma (roles swapped)", "cpu".
 
-    op: "gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "grouped_mm"
-    or "grouped_mm_gated" (grouped_mm with gated=True); its tensor arguments as that op takes them
-    (group_gemm: its four lists; grouped_mm: x, w, w_sf, offs). The choice is made by one ordered
-    table of rules, csrc/cuda/plan.cu.
+    op: "gemv", "gemm", "dual_gemm", "group_gemm", "gemm_w4a16", "dual_gemm_w4a16", "gemm_w4a4",
+    "dual_gemm_w4a4", "grouped_mm" or "grouped_mm_gated" (grouped_mm with gated=True); its tensor
+    arguments as that op takes them (group_gemm: its four lists; grouped_mm: x, w, w_sf, offs;
+    the W4A4 ops: x and the weights, without global_scale). The choice is made by one ordered
+    table of rules, csrc/cuda/plan.cu; a W4A4 op names the kernel of its quantized activation
+    (one of 16-bit activations where it runs the quantized values).
     """
     tensors = [t for lst in args for t in lst] if op == "group_gemm" else list(args)
     if not tensors:
@@ -359,6 +391,20 @@ def _(x, b1, b2, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=None):
     return x.new_empty(_w4a16_shape(x, b1), dtype=_w4a16_dtype(x, out_dtype))
 
 
+@torch.library.register_fake("nvfp4::gemm_w4a4")
+def _(x, b, sfb, global_scale=None, alpha=None, bias=None, out_dtype=None):
+    _one_device("gemm_w4a4", (x, b, sfb) + ((bias,) if bias is not None else ()),
+                [("global_scale", global_scale), ("alpha", alpha)])
+    return x.new_empty(_w4a16_shape(x, b), dtype=_w4a16_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("nvfp4::dual_gemm_w4a4")
+def _(x, b1, b2, sfb1, sfb2, global_scale=None, alpha1=None, alpha2=None, out_dtype=None):
+    _one_device("dual_gemm_w4a4", (x, b1, b2, sfb1, sfb2),
+                [("global_scale", global_scale), ("alpha1", alpha1), ("alpha2", alpha2)])
+    return x.new_empty(_w4a16_shape(x, b1), dtype=_w4a16_dtype(x, out_dtype))
+
+
 @torch.library.register_fake("nvfp4::grouped_mm")
 def _(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None):
     _one_device("grouped_mm", (x, w, w_sf, offs) + tuple(t for t in (alphas, alphas2) if t is not None))
@@ -424,5 +470,6 @@ def _register_out_fake(name, scalars=()):
 
 
 for _name in ("gemv_out", "gemm_out", "dual_gemm_out", "group_gemm_out", "gemm_w4a16_out", "dual_gemm_w4a16_out",
-              "grouped_mm_out", "competition_group_gemm", "competition_gemm", "competition_dual_gemm"):
-    _register_out_fake(_name, ("alpha", "alpha1", "alpha2", "alphas"))
+              "gemm_w4a4_out", "dual_gemm_w4a4_out", "grouped_mm_out", "competition_group_gemm", "competition_gemm",
+              "competition_dual_gemm"):
+    _register_out_fake(_name, ("alpha", "alpha1", "alpha2", "alphas", "global_scale"))

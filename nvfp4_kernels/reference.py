@@ -129,6 +129,17 @@ def dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, alpha1=None, alpha2=None, out_dtype=N
     return _dual(c1, c2, alpha1, alpha2, out_dtype or x.dtype)
 
 
+def gemm_w4a4(x, b, sfb, global_scale=None, alpha=None, bias=None, out_dtype=None) -> torch.Tensor:
+    """W4A4 as a layer runs it: x fp16 / bf16 quantized with global_scale (quantize), times B: the
+    W4A16 product of the quantized values (exact in x's dtype) with the same alpha."""
+    return gemm_w4a16(quantized_values(x, global_scale), b, sfb, alpha, bias, out_dtype)
+
+
+def dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, global_scale=None, alpha1=None, alpha2=None, out_dtype=None) -> torch.Tensor:
+    """The dual of gemm_w4a4: one quantized x against B1 and B2."""
+    return dual_gemm_w4a16(quantized_values(x, global_scale), b1, b2, sfb1, sfb2, alpha1, alpha2, out_dtype)
+
+
 def grouped_mm(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, out=None) -> torch.Tensor:
     """Rows grouped by expert: rows offs[e - 1] .. offs[e] of x (fp16 / bf16 [T, K]) times expert
     e's weights w[e] (gated: W1 = w[e, :N], W3 = w[e, N:]; silu(alphas[e] x W1^T) * (alphas2[e] x

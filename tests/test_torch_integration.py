@@ -48,6 +48,12 @@ def test_opcheck(device, gen):
         (torch.ops.nvfp4.dual_gemm_w4a16.default, (x, b.data, b2.data, b.sf, b2.sf, alpha, None, torch.float16)),
         (torch.ops.nvfp4.dual_gemm_w4a16_out.default,
          (x, b.data, b2.data, b.sf, b2.sf, None, alpha, poisoned((2, 33, 17), device).to(bf16))),
+        (torch.ops.nvfp4.gemm_w4a4.default, (x, b.data, b.sf, alpha * 4, alpha, bias)),
+        (torch.ops.nvfp4.gemm_w4a4_out.default, (x, b.data, b.sf, None, None, None, poisoned((2, 33, 17), device))),
+        (torch.ops.nvfp4.dual_gemm_w4a4.default, (x, b.data, b2.data, b.sf, b2.sf, torch.tensor(3.0), alpha, None,
+                                                  torch.float16)),
+        (torch.ops.nvfp4.dual_gemm_w4a4_out.default,
+         (x[:, :6], b.data, b2.data, b.sf, b2.sf, None, None, alpha, poisoned((2, 6, 17), device).to(bf16))),
         (torch.ops.nvfp4.pack_bf16_pairs.default, (b.data,)),
         (torch.ops.nvfp4.unpack_bf16_pairs.default, (nk.pack_bf16_pairs(b.data),)),
         (torch.ops.nvfp4.gemm_w4a16.default, (x, nk.pack_bf16_pairs(b.data), b.sf, alpha, bias)),
@@ -80,7 +86,9 @@ def test_torch_compile_fullgraph(device, gen):
         u = nk.dual_gemm(a, b, b2, sfa, sfb, sfb2, alpha1=2.0, alpha2=0.5, out_dtype=torch.bfloat16)
         h = nk.gemm_w4a16(x, b, sfb, alpha=0.25, bias=bias)
         d = nk.dual_gemm_w4a16(x, b, b2, sfb, sfb2, alpha1=0.25)
-        return y.float() * 2, z + 1, w.sum(), g, out, e, u, h, d
+        q = nk.gemm_w4a4(x, b, sfb, global_scale=2.0, alpha=0.5, bias=bias)
+        r = nk.dual_gemm_w4a4(x, b, b2, sfb, sfb2, alpha2=3.0)
+        return y.float() * 2, z + 1, w.sum(), g, out, e, u, h, d, q, r
 
     args = (a.data, b.data, b2.data, a.sf, b.sf, b2.sf, a_v.data, v.data, a_v.sf, v.sf, ga.data, gb.data, ga.sf,
             gb.sf)

@@ -19,6 +19,10 @@
  * mma, simt) that runs every problem, in launches of up to
  * NVFP4_LAUNCH_GROUPS problems.
  *
+ * A W4A4 call whose activations come unquantized (the gemm_w4a4 ops) is
+ * quantized either to codes or to the values they stand for (a W4A16
+ * problem): nvfp4_matmul_cuda_prefers_values picks by values_pay.
+ *
  * Problems whose activations are 16-bit values (W4A16, a_type), rows grouped
  * by expert (offs) among them, go to the wgmma kernel (Hopper, from 17 rows;
  * by expert from 16 an expert) or the w4a16 kernel; the other kernels take
@@ -96,6 +100,19 @@ bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
  * 4096 (fecdef0) 0.44x / 0.51x. */
 bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) {
   return p.a_type != NVFP4_E2M1 && (p.offs ? p.m >= 16 * p.batch : p.m > 16);
+}
+
+/* W4A4 with unquantized activations (nvfp4_matmul_cuda_prefers_values): the quantized values on w4a16.cu's GEMV
+ * rather than the codes on the integer-mma GEMV or the wgmma kernel, for M = 5..8 on Hopper. A Llama-3 8B / 70B
+ * layer's linears (H200, 2026-11-30, cf635f3; each way the activations' quantization plus the kernel), values' time
+ * over codes' at M = 5..8: 8B qkv 0.68-0.80, o 0.89-1.07, gate_up 0.80-0.96, down 0.88-0.90 (M = 5, 6); 70B qkv
+ * 0.79, o 0.99-1.00, gate_up 0.62-0.79 (the dual on the 32-row wgmma tile: 162 -> 103 us at M = 8). Not taken:
+ * skinny's shapes at M = 7, 8 (8B down 0.88-0.90, 70B 1.04-1.15), M <= 4 (dp4a, the integer-mma GEMV at 4:
+ * 0.78-1.64, 1.22-1.64 at M = 1), M = 10..16 (0.77-1.32). */
+bool values_pay(const nvfp4_matmul &p, Kernel codes, View codes_view, Kernel values, const DeviceInfo &dev) {
+  const bool mma_gemv = codes == Kernel::GEMV_MMA && codes_view == View::SWAPPED;
+  return dev.major == 9 && dev.minor == 0 && p.m >= 5 && p.m <= 8 && values == Kernel::W4A16 &&
+         (mma_gemv || codes == Kernel::WGMMA);
 }
 
 struct Rule {
@@ -293,6 +310,25 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
         err = launch_tiles(plan, problems + g, std::min(count - g, NVFP4_LAUNCH_GROUPS), workspace, ctx, stream);
   }
   return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}
+
+extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *p) {
+  /* the caller validated p (its output may be unbound: kernel_name); planning needs its sizes and types */
+  if (p->k <= 0 || p->k % 16 || p->m < 0 || p->n < 0 || p->batch < 0 || p->a_type == NVFP4_E2M1 || p->offs) return 0;
+  const DeviceInfo &dev = device_info();
+  const Plan values = plan_call(p, 1, dev);
+  if (values.kernel == Kernel::NONE) return 0;
+  const Forced &f = forced();
+  if (f.kernel != Kernel::NONE) return f.kernel == Kernel::W4A16; /* tests: each route's kernels forced */
+  /* the codes and linear scales the caller would quantize to, contiguous and freshly allocated (planning reads no
+   * memory: a stand-in address of an allocation's alignment) */
+  nvfp4_matmul q = *p;
+  const uint8_t *fresh = reinterpret_cast<const uint8_t *>(uintptr_t{256});
+  q.a = nvfp4_operand{fresh, p->a.batch_stride ? p->m * (p->k / 2) : 0, p->k / 2, fresh,
+                      p->a.batch_stride ? p->m * (p->k / 16) : 0, p->k / 16, NVFP4_SF_LINEAR, NVFP4_CODES_BYTES};
+  q.a_type = NVFP4_E2M1;
+  const Plan codes = plan_call(&q, 1, dev);
+  return values_pay(*p, codes.kernel, codes.view, values.kernel, dev);
 }
 
 extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len) {

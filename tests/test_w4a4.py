@@ -1,0 +1,160 @@
+"""W4A4 with the activations quantized in the call (ops.gemm_w4a4 / dual_gemm_w4a4, what NVFP4Linear runs):
+equal to the exact reference (reference.gemm_w4a4: the W4A16 product of quantized_values) on both of the
+routes plan.cu picks between (codes and scales for the W4A4 kernels, the quantized values for the W4A16 ones),
+for every row count, dtype, layout, leading dims and batch; in a CUDA graph; bad input refused by name."""
+
+import pytest
+import torch
+
+import nvfp4_kernels as nk
+from nvfp4_kernels import reference
+from nvfp4_kernels.testing import random_operand
+from conftest import assert_matches
+from helpers import FORCED
+from test_epilogue import activations, bias_of, poisoned
+
+# decode rows (1: dp4a; 3, 4: the integer-mma GEMV; 5-8: the quantized values where plan.cu takes them), skinny
+# and wgmma rows, K an odd multiple of 16 (the SIMT kernel) and of 64
+SHAPES = [(1, 300, 4096), (3, 129, 1024), (5, 512, 2048), (8, 300, 4096), (8, 7, 1088), (12, 129, 8192),
+          (33, 300, 1024), (200, 96, 2048), (7, 40, 48)]
+
+
+def global_scale_of(x):
+    return torch.tensor([2688.0], device=x.device) / x.abs().amax().float()
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemm_w4a4(device, gen, m, n, k):
+    for i, (x_dtype, out_dtype, bias_dtype) in enumerate(((torch.bfloat16, None, torch.float32),
+                                                          (torch.float16, torch.bfloat16, None),
+                                                          (torch.bfloat16, torch.float16, torch.bfloat16))):
+        b = random_operand(None, n, k, gen=gen, device=device, layout=("linear", "blocked")[i % 2])
+        x = activations((m, k), x_dtype, gen, device)
+        g = global_scale_of(x)
+        bias = bias_of(n, bias_dtype, gen, device)
+        want = reference.gemm_w4a4(x, b.data, b.sf, g, -0.75, bias, out_dtype)
+        got = nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, alpha=-0.75, bias=bias, out_dtype=out_dtype)
+        assert got.dtype == (out_dtype or x_dtype)
+        assert_matches(got, want, f"gemm_w4a4 {m}x{n}x{k} {x_dtype} -> {out_dtype}")
+        out = poisoned((m, n), device, want.dtype)
+        nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, alpha=-0.75, bias=bias, out=out)
+        assert_matches(out, want, f"gemm_w4a4 out= {m}x{n}x{k} {x_dtype}")
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 300, 4096), (4, 129, 1024), (6, 512, 2048), (8, 300, 4096), (16, 64, 4096),
+                                   (40, 129, 512), (5, 24, 80)])
+def test_dual_gemm_w4a4(device, gen, m, n, k):
+    b1 = random_operand(None, n, k, gen=gen, device=device, layout="blocked")
+    b2 = random_operand(None, n, k, gen=gen, device=device, layout="linear")
+    x = activations((m, k), torch.bfloat16, gen, device)
+    g = global_scale_of(x)
+    want = reference.dual_gemm_w4a4(x, b1.data, b2.data, b1.sf, b2.sf, g, 0.5, -2.0)
+    out = poisoned((m, n), device, torch.bfloat16)
+    nk.dual_gemm_w4a4(x, b1.data, b2.data, b1.sf, b2.sf, global_scale=g, alpha1=0.5, alpha2=-2.0, out=out)
+    assert_matches(out, want, f"dual_gemm_w4a4 {m}x{n}x{k}")
+    got = nk.dual_gemm_w4a4(x.half(), b1.data, b2.data, b1.sf, b2.sf, global_scale=3.0)
+    assert_matches(got, reference.dual_gemm_w4a4(x.half(), b1.data, b2.data, b1.sf, b2.sf, 3.0),
+                   f"dual_gemm_w4a4 fp16 {m}x{n}x{k}")
+
+
+def test_w4a4_equals_quantize_then_gemm(device, gen):
+    """The op and the two ops it replaces: the same quantization, the same products."""
+    b = random_operand(None, 64, 512, gen=gen, device=device)
+    for m in (1, 6, 8, 40):
+        x = activations((m, 512), torch.bfloat16, gen, device)
+        xq, sx = nk.quantize(x, global_scale=0.37)
+        want = nk.gemm(xq, b.data, sx, b.sf, alpha=1 / 0.37, out_dtype=torch.bfloat16)
+        assert_matches(nk.gemm_w4a4(x, b.data, b.sf, global_scale=0.37, alpha=1 / 0.37), want, f"M = {m}")
+
+
+def test_w4a4_leading_dims_and_batch(device, gen):
+    b = random_operand(None, 40, 256, gen=gen, device=device)
+    x = activations((2, 3, 256), torch.bfloat16, gen, device)
+    got = nk.gemm_w4a4(x, b.data, b.sf, global_scale=2.0)
+    assert got.shape == (2, 3, 40)
+    assert_matches(got, reference.gemm_w4a4(x, b.data, b.sf, 2.0), "x [2, 3, K]")
+    bl = random_operand(2, 40, 256, gen=gen, device=device)
+    got = nk.gemm_w4a4(x, bl.data, bl.sf, global_scale=2.0)
+    assert got.shape == (2, 3, 40)
+    for i in range(2):  # one global scale for the whole call: batch i is the gemm of its own rows
+        assert_matches(got[i], reference.gemm_w4a4(x[i], bl.data[i], bl.sf[i], 2.0), f"batch {i}")
+    assert nk.gemm_w4a4(x[:, :0], b.data, b.sf).shape == (2, 0, 40)
+
+
+def test_w4a4_nan(device, gen):
+    b = random_operand(None, 24, 128, gen=gen, device=device)
+    for m in (1, 8, 40):
+        x = activations((m, 128), torch.bfloat16, gen, device)
+        x[m // 2, 37] = float("nan")  # its block's scale is NaN: row m // 2 is NaN
+        got = nk.gemm_w4a4(x, b.data, b.sf, global_scale=1.5)
+        assert torch.isnan(got[m // 2]).all()
+        assert_matches(got, reference.gemm_w4a4(x, b.data, b.sf, 1.5), f"NaN activation M = {m}")
+
+
+def test_w4a4_routes(gen):
+    """plan.cu's route: the quantized values on the W4A16 GEMV where it pays (Hopper, M = 5..8 of the integer-mma
+    GEMV's and wgmma's shapes), the codes elsewhere; both right (forced runs take one route throughout)."""
+    if not torch.cuda.is_available() or not nk.WITH_CUDA or FORCED:
+        pytest.skip("needs a CUDA device and the CUDA build, unforced")
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    b1 = random_operand(None, 4096, 4096, gen=gen, device="cuda")
+    b2 = random_operand(None, 4096, 4096, gen=gen, device="cuda")
+    for m, values in ((1, False), (8, hopper), (64, False)):
+        x = activations((m, 4096), torch.bfloat16, gen, "cuda")
+        name = nk.kernel_name("gemm_w4a4", x, b1.data, b1.sf)
+        assert name.startswith("w4a16") == values, (m, name)
+        dual = nk.kernel_name("dual_gemm_w4a4", x, b1.data, b2.data, b1.sf, b2.sf)
+        assert dual.startswith("w4a16") == values, (m, dual)
+        if not values:
+            xq, sx = nk.quantize(x)
+            assert name == nk.kernel_name("gemm", xq, b1.data, sx, b1.sf)
+        assert_matches(nk.gemm_w4a4(x, b1.data, b1.sf, global_scale=0.5),
+                       reference.gemm_w4a4(x, b1.data, b1.sf, 0.5), f"route of M = {m}")
+
+
+def test_w4a4_cuda_graph(gen):
+    if not torch.cuda.is_available() or not nk.WITH_CUDA:
+        pytest.skip("needs a CUDA device and the CUDA build")
+    b = random_operand(None, 512, 2048, gen=gen, device="cuda")
+    g = torch.tensor([0.25], device="cuda")
+    for m in (1, 8):
+        x = activations((m, 2048), torch.bfloat16, gen, "cuda")
+        out = torch.empty(m, 512, dtype=torch.bfloat16, device="cuda")
+        nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, out=out)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, out=out)
+        for scale in (0.5, 3.0):
+            x.copy_(activations((m, 2048), torch.bfloat16, gen, "cuda"))
+            g.fill_(scale)
+            out.fill_(float("nan"))
+            graph.replay()
+            assert_matches(out, reference.gemm_w4a4(x, b.data, b.sf, g), f"graph replay M = {m}, scale {scale}")
+
+
+def test_w4a4_bad_arguments(gen):
+    b = random_operand(None, 5, 32, gen=gen)
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="gemm_w4a4: weights repacked for bf16"):
+        nk.gemm_w4a4(x, nk.pack_bf16_pairs(b.data), b.sf)
+    with pytest.raises(TypeError, match="dual_gemm_w4a4: weights repacked for bf16"):
+        nk.kernel_name("dual_gemm_w4a4", x, b.data, nk.pack_bf16_pairs(b.data), b.sf, b.sf)
+    with pytest.raises(TypeError, match="gemm_w4a4: x must be float16 or bfloat16"):
+        nk.gemm_w4a4(x.float(), b.data, b.sf)
+    with pytest.raises(ValueError, match="global_scale=-1.0 must be positive"):
+        nk.gemm_w4a4(x, b.data, b.sf, global_scale=-1.0)
+    with pytest.raises(ValueError, match="gemm_w4a4: global_scale must be finite and positive"):
+        nk.gemm_w4a4(x, b.data, b.sf, global_scale=torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="gemm_w4a4: global_scale must hold one value"):
+        nk.gemm_w4a4(x, b.data, b.sf, global_scale=torch.ones(3))
+    with pytest.raises(ValueError, match="gemm_w4a4: b has K/2=16 but x has K=48"):
+        nk.gemm_w4a4(torch.zeros(3, 48, dtype=torch.bfloat16), b.data, b.sf)
+    with pytest.raises(ValueError, match="gemm_w4a4: out has shape"):
+        nk.gemm_w4a4(x, b.data, b.sf, out=torch.empty(3, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="dual_gemm_w4a4: b2 has shape"):
+        nk.dual_gemm_w4a4(x, b.data, b.data[:4], b.sf, b.sf)
+    with pytest.raises(ValueError, match="kernel_name: dual_gemm_w4a4 takes 5 tensors"):
+        nk.kernel_name("dual_gemm_w4a4", x, b.data, b.sf)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="gemm_w4a4: global_scale is on cuda"):
+            nk.gemm_w4a4(x, b.data, b.sf, global_scale=torch.ones(1, device="cuda"))
