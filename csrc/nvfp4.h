@@ -133,6 +133,8 @@ typedef struct nvfp4_quantize {
   const int32_t *scale_index; /* NULL, or (row_scale given) row r's global scale
                                  is row_scale[scale_index[r]], one of scales    */
   int64_t scales;
+  int32_t early_trigger;      /* CUDA: 1 lets the next kernel (the gemm of these
+                                 codes) launch as this one starts, 0 as it ends */
 } nvfp4_quantize;
 
 /* Quantized values (values != NULL; data, sf and the layout unused): each
