@@ -260,13 +260,15 @@ nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4
                                   cudaStream_t stream);
 
 /* A W4A4 problem whose activations come unquantized (the gemm_w4a4 ops):
- * p holds them as 16-bit values (a_type F16 / BF16). They are quantized
- * with one global scale, then either to codes and linear scales
- * (contiguous) for a kernel of NVFP4 activations, or to the values those
- * stand for (nvfp4_quantize.values) for a kernel of 16-bit activations: the
- * same products either way. 1: the values run faster on the current device
- * (csrc/cuda/plan.cu says where); 0: the codes. */
-int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *p);
+ * they are quantized with one global scale, then either to codes and
+ * scales for a kernel of NVFP4 activations, or to the values those stand
+ * for (nvfp4_quantize.values) for a kernel of 16-bit activations: the same
+ * products either way. `values`: the problem with a = those values (a_type
+ * F16 / BF16); `codes`: with a = the codes (a_type E2M1). Planning reads no
+ * memory: a's addresses may stand in for tensors not yet allocated. 1: the
+ * values run faster on the current device (csrc/cuda/plan.cu says where);
+ * 0: the codes. */
+int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, const nvfp4_matmul *codes);
 
 /* Quantization on `stream` (any x_type), no host synchronisation. */
 nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);

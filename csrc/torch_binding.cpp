@@ -545,6 +545,21 @@ void set_codes(nvfp4_matmul &p, const uint8_t *data, const uint8_t *sf, bool bat
   p.a_type = NVFP4_E2M1;
 }
 
+#ifdef NVFP4_WITH_CUDA
+/* Where a problem is planned before w4a4_run allocates its quantized activation: a stand-in address of an
+ * allocation's alignment (planning reads no memory). */
+const uint8_t *const UNALLOCATED = reinterpret_cast<const uint8_t *>(uintptr_t{256});
+
+/* Whether w4a4_run quantizes p's activations (p: as 16-bit values, on a CUDA device) to their values rather than
+ * to codes: plan.cu's choice between p and its codes twin. */
+bool quantizes_to_values(const nvfp4_matmul &p, const at::Device &device, bool batched) {
+  c10::cuda::CUDAGuard guard(device);
+  nvfp4_matmul codes = p;
+  set_codes(codes, UNALLOCATED, UNALLOCATED, batched);
+  return nvfp4_matmul_cuda_prefers_values(&p, &codes) != 0;
+}
+#endif
+
 /* The W4A4 ops take the checkpoint's bytes, not weights repacked for bf16 (which only the W4A16 kernels read). */
 void check_w4a4_weights(const char *op, const Arg &b1, const Arg *b2) {
   TORCH_CHECK_TYPE(b1.dtype != at::kInt && (!b2 || b2->dtype != at::kInt), op,
@@ -572,15 +587,12 @@ Tensor w4a4_run(const char *op, const Tensor &x2, const Tensor &b1, const Tensor
   bind_out({op}, pr, Arg(out, true), false);
   nvfp4_matmul &p = pr.p;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return out;
-  bool values = false;
-#ifdef NVFP4_WITH_CUDA
-  if (pr.device.is_cuda()) {
-    c10::cuda::CUDAGuard guard(pr.device);
-    values = nvfp4_matmul_cuda_prefers_values(&p) != 0;
-  }
-#endif
   const int64_t M = p.m, K = p.k, L = p.batch;
   const bool batched = x2.dim() == 3;
+  bool values = false;
+#ifdef NVFP4_WITH_CUDA
+  if (pr.device.is_cuda()) values = quantizes_to_values(p, pr.device, batched);
+#endif
   Tensor quantized, scales;  // alive until the problem's launch is queued
   if (values) {
     quantized = at::empty(x2.sizes(), x2.options().memory_format(at::MemoryFormat::Contiguous));
@@ -997,7 +1009,7 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     prs.push_back(make_problem({"nvfp4.dual_gemm"}, args[0], args[1], &args[2], &args[3], args[4], &args[5],
                                std::nullopt, false));
   } else if (op == "gemm_w4a16" || op == "dual_gemm_w4a16" || op == "gemm_w4a4" || op == "dual_gemm_w4a4") {
-    const bool dual = op.rfind("dual", 0) == 0, w4a4 = op.back() == '4';  /* the W4A4 ops: x without its scale */
+    const bool dual = op.rfind("dual", 0) == 0, w4a4 = op.find("w4a4") != std::string::npos; /* x, no scale */
     takes(dual ? 5 : 3);
     const Tensor xt = w4a16_rows(op.c_str(), ts[0], ts[1]);
     const Arg x(xt);
@@ -1005,12 +1017,9 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     prs.push_back(make_problem({op.c_str()}, x, args[1], dual ? &args[2] : nullptr, nullptr, args[dual ? 3 : 2],
                                dual ? &args[4] : nullptr, std::nullopt, false));
 #ifdef NVFP4_WITH_CUDA
-    if (w4a4 && prs[0].device.is_cuda()) {
-      c10::cuda::CUDAGuard guard(prs[0].device);
-      /* the codes route: planned on stand-in addresses of w4a4_run's fresh tensors (planning reads no memory) */
-      const uint8_t *fresh = reinterpret_cast<const uint8_t *>(uintptr_t{256});
-      if (!nvfp4_matmul_cuda_prefers_values(&prs[0].p)) set_codes(prs[0].p, fresh, fresh, xt.dim() == 3);
-    }
+    Problem &pr = prs[0];
+    if (w4a4 && pr.device.is_cuda() && !quantizes_to_values(pr.p, pr.device, xt.dim() == 3))
+      set_codes(pr.p, UNALLOCATED, UNALLOCATED, xt.dim() == 3);
 #endif
   } else if (op == "grouped_mm" || op == "grouped_mm_gated") {
     takes(4);

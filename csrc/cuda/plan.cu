@@ -312,23 +312,19 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
   return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
 }
 
-extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *p) {
-  /* the caller validated p (its output may be unbound: kernel_name); planning needs its sizes and types */
-  if (p->k <= 0 || p->k % 16 || p->m < 0 || p->n < 0 || p->batch < 0 || p->a_type == NVFP4_E2M1 || p->offs) return 0;
+extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, const nvfp4_matmul *codes) {
+  /* the caller validated the problem (its output may be unbound: kernel_name); planning needs sizes and types */
+  const nvfp4_matmul &p = *values;
+  if (p.k <= 0 || p.k % 16 || p.m < 0 || p.n < 0 || p.batch < 0 || p.a_type == NVFP4_E2M1 || p.offs ||
+      codes->a_type != NVFP4_E2M1)
+    return 0;
   const DeviceInfo &dev = device_info();
-  const Plan values = plan_call(p, 1, dev);
-  if (values.kernel == Kernel::NONE) return 0;
+  const Plan v = plan_call(values, 1, dev);
+  if (v.kernel == Kernel::NONE) return 0;
   const Forced &f = forced();
   if (f.kernel != Kernel::NONE) return f.kernel == Kernel::W4A16; /* tests: each route's kernels forced */
-  /* the codes and linear scales the caller would quantize to, contiguous and freshly allocated (planning reads no
-   * memory: a stand-in address of an allocation's alignment) */
-  nvfp4_matmul q = *p;
-  const uint8_t *fresh = reinterpret_cast<const uint8_t *>(uintptr_t{256});
-  q.a = nvfp4_operand{fresh, p->a.batch_stride ? p->m * (p->k / 2) : 0, p->k / 2, fresh,
-                      p->a.batch_stride ? p->m * (p->k / 16) : 0, p->k / 16, NVFP4_SF_LINEAR, NVFP4_CODES_BYTES};
-  q.a_type = NVFP4_E2M1;
-  const Plan codes = plan_call(&q, 1, dev);
-  return values_pay(*p, codes.kernel, codes.view, values.kernel, dev);
+  const Plan c = plan_call(codes, 1, dev);
+  return values_pay(p, c.kernel, c.view, v.kernel, dev);
 }
 
 extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len) {
