@@ -54,7 +54,7 @@ CASES = [  # (group sizes, T, N, K, scale layout, gated)
     ([0, 0, 17, 0], 20, 128, 48, "blocked", True),
     ([1] * 7, 7, 144, 1040, "linear", True),          # decode: a row an expert
     # decode sizes with K % 128 == 0 (rows grouped by expert stay on the 16-row tiles where a dense M <= 8 takes
-    # the GEMV kernel); 70 experts: the offsets' scan in three rounds of 32
+    # the GEMV kernel)
     ([1] * 7, 7, 144, 1024, "linear", True),
     ([2, 0, 5, 1, 0, 3], 14, 300, 2048, "blocked", False),  # 3 rows past the last expert
     ([0, 9, 0, 1], 10, 48, 128, "linear", True),
@@ -63,12 +63,19 @@ CASES = [  # (group sizes, T, N, K, scale layout, gated)
     ([0, 0, 0], 5, 32, 64, "linear", False),          # no rows at all
     ([2, 5], 7, 300, 2048, "linear", False),          # long K over few tiles: CTAs share K on a GPU
     ([130, 3, 0, 60], 193, 128, 528, "blocked", True),  # 64-row tiles (K % 64 != 0: not wgmma)
+    # under 16 rows an expert on average, busy experts among idle ones: 16-row tiles
+    ([40, 0, 3, 1, 17, 0, 0, 2], 66, 96, 512, "linear", True),   # 3 rows past the last expert
+    ([16, 17, 0, 33, 0], 66, 48, 256, "blocked", False),
+    ([100, 1, 0, 0, 0, 0, 0, 2], 103, 64, 2048, "linear", False),  # long K over few tiles: CTAs share K
+    ([0, 0, 0, 0, 0, 0, 0, 65], 65, 32, 128, "linear", True),      # one expert takes every row
+    ([i % 4 for i in range(300)], 460, 16, 64, "linear", False),    # 300 experts: the offsets' scan in 2 rounds
     # 16 rows an expert or more, K % 64 == 0: the wgmma kernel's 128-row tiles on Hopper (plan.cu)
     ([130, 0, 70, 200], 410, 96, 256, "linear", False),  # 10 rows past the last expert
     ([0, 300, 0], 300, 136, 192, "linear", True),         # one expert takes every row
     ([64, 65, 63, 0, 129], 330, 128, 512, "blocked", True),
     ([200, 200], 400, 48, 1024, "linear", False),
     ([64], 64, 72, 128, "linear", True),                  # the 64-row tile
+    ([16 + i % 3 for i in range(270)], 4600, 32, 64, "linear", True),  # 270 experts, 10 rows past the last
 ]
 
 
@@ -91,7 +98,7 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
     assert torch.isnan(out[rows:].float()).all(), "rows past the last expert were written"
     if device == "cuda":  # the planner's rule (plan.cu): wgmma from 16 rows an expert, where it can run
         name = nk.kernel_name("grouped_mm_gated" if gated else "grouped_mm", x, w.data, w.sf, offs)
-        wgmma = wgmma_built() and k % 64 == 0 and (t >= 16 * e or FORCED == "wgmma")
+        wgmma = wgmma_built() and k % 64 == 0 and FORCED != "w4a16" and (t >= 16 * e or FORCED == "wgmma")
         assert name.startswith("wgmma" if wgmma else "w4a16") and "rows by expert" in name, name
     assert_matches(out[:rows], want[:rows], f"grouped_mm {case}", slack=slack(x, w.data, w.sf, offs, alphas, alphas2,
                                                                              gated)[:rows])
@@ -116,7 +123,7 @@ def test_graph_replays_new_routings(gen, e, t, n, k, routings):
     offs = routing([t // e] * e, "cuda")
     alphas = (torch.rand(e, generator=gen) + 0.5).cuda()
     name = nk.kernel_name("grouped_mm_gated", x, w.data, w.sf, offs)
-    wgmma = wgmma_built() and (t >= 16 * e or FORCED == "wgmma")
+    wgmma = wgmma_built() and FORCED != "w4a16" and (t >= 16 * e or FORCED == "wgmma")
     assert "rows by expert" in name and name.startswith("wgmma" if wgmma else "w4a16"), name
     nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True)  # warm-up outside the capture
     torch.cuda.synchronize()

@@ -55,45 +55,70 @@ __device__ __forceinline__ int table_find(const MatmulTable &t, int64_t &tile) {
 }
 
 /* Rows grouped by expert (nvfp4.h), in tiles of TM rows: a launch counts a
- * bound on the (expert, TM rows) tiles, min(E, m) + ceil(m / TM). */
+ * bound on the (expert, TM rows) tiles. At most n = min(E, m) experts have
+ * rows, sum ceil(rows / TM) <= (m + n (TM - 1)) / TM. */
 __host__ __device__ __forceinline__ int64_t expert_row_tiles(const nvfp4_matmul &p, int64_t tm) {
-  return p.batch ? (p.batch < p.m ? p.batch : p.m) + (p.m + tm - 1) / tm : 0;
+  const int64_t n = p.batch < p.m ? p.batch : p.m;
+  return n > 0 ? (p.m + n * (tm - 1)) / tm : 0;
 }
 
 /* Row tile r of such a launch is the r-th (expert, TM rows) pair in expert
  * order: found (in shared memory) = its expert, first row and the expert's
  * row end; expert -1 where there is none (past the bound's real tiles). Warp
- * 0 scans the offsets 32 experts at a time (prefix max of the clamped ends,
- * prefix sum of their tiles); every thread of the CTA calls, and waits. */
+ * 0 scans the offsets 256 experts a round, 8 consecutive a lane, their loads
+ * issued together (one L2 round trip a round: an MoE's E <= 256 in one);
+ * ends clamped to [0, m] and made non-decreasing (a prefix max), tiles by a
+ * prefix sum. Every thread of the CTA calls, and waits. */
 template <int TM>
 __device__ __forceinline__ void expert_tile(const nvfp4_matmul &p, int64_t r, long long *found) {
   if (threadIdx.x < 32) {
+    constexpr int R = 8; /* experts a lane, a round */
     const int lane = threadIdx.x;
     const unsigned all = 0xFFFFFFFFu;
     if (lane == 0) found[0] = -1;
     __syncwarp();
-    long long end_before = 0, tiles_before = 0; /* of the experts before this group of 32 */
-    for (long long e0 = 0; e0 < p.batch && tiles_before <= r; e0 += 32) {
-      const long long e = e0 + lane;
-      long long end = e < p.batch ? std::min<long long>(std::max<long long>(p.offs[e], 0), p.m) : 0;
-      end = std::max(end, end_before);
+    const int m = (int)std::min<int64_t>(p.m, INT32_MAX);
+    int end_before = 0;         /* the row end of the experts before this round */
+    long long tiles_before = 0; /* and their tiles */
+    for (long long e0 = 0; e0 < p.batch && tiles_before <= r; e0 += 32 * R) {
+      const long long first = e0 + (long long)lane * R; /* the lane's experts: first .. first + R - 1 */
+      int end[R], tiles[R];
+#pragma unroll
+      for (int i = 0; i < R; i++) end[i] = first + i < p.batch ? p.offs[first + i] : 0;
+      int run = 0;
+#pragma unroll
+      for (int i = 0; i < R; i++) end[i] = run = std::max(run, std::min(std::max(end[i], 0), m));
+      int pre = run; /* prefix max over the lanes */
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
-        const long long o = __shfl_up_sync(all, end, d);
-        if (lane >= d) end = std::max(end, o);
+        const int o = __shfl_up_sync(all, pre, d);
+        if (lane >= d) pre = std::max(pre, o);
       }
-      long long start = __shfl_up_sync(all, end, 1);
-      if (lane == 0) start = end_before;
-      const long long tiles = (end - start + TM - 1) / TM;
-      long long cum = tiles;
+      int start = __shfl_up_sync(all, pre, 1);
+      start = std::max(lane ? start : 0, end_before); /* the end before the lane's first expert */
+      int sum = 0;
+#pragma unroll
+      for (int i = 0, s = start; i < R; i++) {
+        end[i] = std::max(end[i], start);
+        tiles[i] = (end[i] - s + TM - 1) / TM;
+        sum += tiles[i], s = end[i];
+      }
+      int cum = sum; /* prefix sum over the lanes */
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
-        const long long o = __shfl_up_sync(all, cum, d);
+        const int o = __shfl_up_sync(all, cum, d);
         if (lane >= d) cum += o;
       }
-      const long long before = tiles_before + cum - tiles;
-      if (r >= before && r < before + tiles) found[0] = e, found[1] = start + (r - before) * TM, found[2] = end;
-      end_before = __shfl_sync(all, end, 31);
+      long long before = tiles_before + cum - sum;
+      if (r >= before && r < before + sum) {
+#pragma unroll
+        for (int i = 0, s = start; i < R; i++) {
+          if (r >= before && r < before + tiles[i])
+            found[0] = first + i, found[1] = s + (r - before) * TM, found[2] = end[i];
+          before += tiles[i], s = end[i];
+        }
+      }
+      end_before = __shfl_sync(all, end[R - 1], 31);
       tiles_before += __shfl_sync(all, cum, 31);
     }
   }

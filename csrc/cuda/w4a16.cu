@@ -51,8 +51,8 @@
  *     c_type; lanes g, g ^ 1 swap halves (one shuffle per pair) so that each
  *     stores two adjacent columns as one 4-byte word.
  * Grid: the tiles of all problems of a launch (MatmulTable), every batch
- * (rows grouped by expert: a bound, min(E, T) + ceil(T / TM) row tiles per
- * column tile; a CTA's warp 0 scans the offsets for its expert and rows, and
+ * (rows grouped by expert: a bound, (T + n (TM - 1)) / TM row tiles per
+ * column tile, n = min(E, T); a CTA's warp 0 scans the offsets for its expert and rows, and
  * CTAs past the last expert's rows return), times `split` CTAs per tile where the tiles alone leave CTA slots empty
  * (a small M: few output tiles, long K): each CTA takes a contiguous share
  * of K's steps (at least 8), writes fp32 partials to the caller's workspace
