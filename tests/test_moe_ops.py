@@ -117,7 +117,7 @@ def expected_sort(ids, e):
 
 
 @pytest.mark.parametrize("t,k,e", [(1, 1, 1), (1, 8, 256), (5, 3, 8), (33, 2, 7), (1000, 8, 300), (0, 4, 16),
-                                   (700, 6, 8192), (64, 1, 3)])
+                                   (700, 6, 8192), (64, 1, 3), (4096, 8, 256), (2001, 8, 384), (9, 8, 1500)])
 @pytest.mark.parametrize("ids_dtype", [torch.int64, torch.int32])
 def test_moe_sort_matches_stable_sort(device, gen, t, k, e, ids_dtype):
     """Random ids (a few experts crowded, many empty where e is large), rows in expert order and pair

@@ -3,11 +3,14 @@
  * their weighted sum back, on the GPU (nvfp4.h: nvfp4_moe_sort,
  * nvfp4_moe_combine; csrc/cpu/moe.c is the same on the CPU).
  *
- * Sort, one warp (a decode step has tokens x top_k = 8-64 pairs): counts per
- * expert by shared-memory atomics, an exclusive scan of the counts (each lane
- * a contiguous run of experts, one shuffle scan), then the pairs in order, 32
- * at a time: lanes of one expert find each other (match.any), take rows
- * first + their rank among them, and the lowest moves the expert's next row
+ * Sort, one CTA: the pairs in up to 32 consecutive chunks, a warp each (one
+ * warp for a decode step's 8-64 pairs; 32768 pairs, 4096 tokens x 8, as 32
+ * chunks of 1024), counts per (chunk, expert) by shared-memory atomics, one
+ * exclusive scan in (expert, chunk) order (each thread a run of experts,
+ * shuffle scans), then each warp its chunk's pairs in order, 32 at a time
+ * (the ids of 8 such steps loaded at once):
+ * lanes of one expert find each other (match.any), take rows next + their
+ * rank among them, and the lowest moves the chunk's next row of the expert
  * on, so rows keep pair order within an expert. One launch instead of the
  * sort, gather, conversion and search of a torch sequence.
  *
@@ -28,61 +31,105 @@
 
 namespace {
 
-constexpr int SORT_LANES = 32;
+/* The sort's warps: one a chunk of >= 64 pairs, at most 32, and as many as
+ * the chunks' cursors (warps x experts ints) leave in 48 KB of shared memory
+ * beside the kernel's own 132 bytes. A lane reads SORT_IDS ids at once. */
+constexpr int SORT_MAX_WARPS = 32, SORT_CURSORS = 12000, SORT_IDS = 8;
 
-__global__ void __launch_bounds__(SORT_LANES) moe_sort_kernel(const nvfp4_moe_sort s) {
-  extern __shared__ int next[]; /* counts, then each expert's next row, finally its row end */
+int sort_warps(int64_t pairs, int64_t experts) {
+  const int64_t w = std::min<int64_t>({SORT_MAX_WARPS, (pairs + 63) / 64, SORT_CURSORS / experts});
+  return w > 1 ? (int)w : 1;
+}
+
+/* warps = blockDim.x / 32 chunks of `chunk` pairs, warp c on chunk c. */
+__global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvfp4_moe_sort s, int chunk) {
+  extern __shared__ int cur[]; /* [chunk][expert]: the chunk's count, then the expert's next row in it */
+  __shared__ int warp_sum[SORT_MAX_WARPS], rows_total;
   pdl_wait();
-  const int lane = threadIdx.x, experts = (int)s.experts, pairs = (int)s.pairs, top_k = (int)s.top_k;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
+  const int experts = (int)s.experts, pairs = (int)s.pairs, top_k = (int)s.top_k;
   auto id = [&](int p) -> int64_t {
     return s.ids64 ? static_cast<const int64_t *>(s.ids)[p] : static_cast<const int32_t *>(s.ids)[p];
   };
-  for (int e = lane; e < experts; e += SORT_LANES) next[e] = 0;
-  __syncwarp();
-  for (int p = lane; p < pairs; p += SORT_LANES) {
-    const int64_t e = id(p);
-    if (e >= 0 && e < experts) atomicAdd(&next[e], 1);
+  for (int i = tid; i < warps * experts; i += blockDim.x) cur[i] = 0;
+  __syncthreads();
+  int *const mine = cur + warp * experts;
+  const int p0 = std::min(pairs, warp * chunk), p1 = std::min(pairs, p0 + chunk);
+  /* ids of pairs base + 32 i + lane, i < SORT_IDS (-1 past the chunk), loaded before any is used */
+  auto ids_at = [&](int base, int64_t(&e)[SORT_IDS]) {
+#pragma unroll
+    for (int i = 0; i < SORT_IDS; i++) e[i] = base + 32 * i + lane < p1 ? id(base + 32 * i + lane) : -1;
+  };
+  for (int base = p0; base < p1; base += 32 * SORT_IDS) {
+    int64_t e[SORT_IDS];
+    ids_at(base, e);
+#pragma unroll
+    for (int i = 0; i < SORT_IDS; i++)
+      if (e[i] >= 0 && e[i] < experts) atomicAdd(&mine[e[i]], 1);
   }
-  __syncwarp();
-  /* exclusive scan: lane l holds experts [l * run, (l + 1) * run) */
-  const int run = (experts + SORT_LANES - 1) / SORT_LANES, lo = min(experts, lane * run), hi = min(experts, lo + run);
-  int mine = 0;
-  for (int e = lo; e < hi; e++) mine += next[e];
-  int incl = mine;
-  for (int d = 1; d < SORT_LANES; d *= 2) {
+  __syncthreads();
+  /* (expert, chunk) in that order, exclusive scan: thread t holds experts [t run, (t + 1) run) */
+  const int run = (experts + (int)blockDim.x - 1) / (int)blockDim.x, lo = std::min(experts, tid * run),
+            hi = std::min(experts, lo + run);
+  int total = 0;
+  for (int e = lo; e < hi; e++)
+    for (int c = 0; c < warps; c++) total += cur[c * experts + e];
+  int incl = total;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
     const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
     if (lane >= d) incl += v;
   }
-  const int valid_rows = __shfl_sync(0xFFFFFFFFu, incl, SORT_LANES - 1);
-  int first = incl - mine;
-  for (int e = lo; e < hi; e++) {
-    const int n = next[e];
-    next[e] = first;
-    first += n;
+  if (lane == 31) warp_sum[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < warps ? warp_sum[lane] : 0;
+    int v = w;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int o = __shfl_up_sync(0xFFFFFFFFu, v, d);
+      if (lane >= d) v += o;
+    }
+    if (lane < warps) warp_sum[lane] = v - w; /* the warps before */
+    if (lane == 31) rows_total = v;
   }
-  __syncwarp();
-  for (int base = 0; base < pairs; base += SORT_LANES) {
-    const int p = base + lane;
-    const int64_t e64 = p < pairs ? id(p) : -1;
-    const bool ok = e64 >= 0 && e64 < experts;
-    const int e = ok ? (int)e64 : experts + lane; /* lanes without an expert match nobody */
-    const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
-    const int start = ok ? next[e] : 0;
-    __syncwarp();
-    if (ok && lane == __ffs(peers) - 1) next[e] = start + __popc(peers);
-    __syncwarp();
-    if (ok) {
-      const int r = start + __popc(peers & ((1u << lane) - 1u));
-      s.token_of_row[r] = p / top_k;
-      s.expert_of_row[r] = e;
-      s.row_of_pair[p] = r;
-    } else if (p < pairs) {
-      s.row_of_pair[p] = -1;
+  __syncthreads();
+  int next = warp_sum[warp] + incl - total;
+  for (int e = lo; e < hi; e++) {
+    for (int c = 0; c < warps; c++) {
+      const int n = cur[c * experts + e];
+      cur[c * experts + e] = next;
+      next += n;
+    }
+    s.offs[e] = next;
+  }
+  __syncthreads();
+  /* the chunk's pairs in order, 32 at a time: lanes of one expert find each
+   * other, take rows next + their rank among them; the lowest moves it on */
+  for (int base = p0; base < p1; base += 32 * SORT_IDS) {
+    int64_t ev[SORT_IDS];
+    ids_at(base, ev);
+#pragma unroll
+    for (int i = 0; i < SORT_IDS; i++) {
+      const int p = base + 32 * i + lane;
+      const bool ok = ev[i] >= 0 && ev[i] < experts;
+      const int e = ok ? (int)ev[i] : experts + lane; /* lanes without an expert match nobody */
+      const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
+      const int start = ok ? mine[e] : 0;
+      __syncwarp();
+      if (ok && lane == __ffs(peers) - 1) mine[e] = start + __popc(peers);
+      __syncwarp();
+      if (ok) {
+        const int r = start + __popc(peers & ((1u << lane) - 1u));
+        s.token_of_row[r] = p / top_k;
+        s.expert_of_row[r] = e;
+        s.row_of_pair[p] = r;
+      } else if (p < p1) {
+        s.row_of_pair[p] = -1;
+      }
     }
   }
-  __syncwarp();
-  for (int e = lane; e < experts; e += SORT_LANES) s.offs[e] = next[e];
-  for (int r = valid_rows + lane; r < pairs; r += SORT_LANES) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
+  for (int r = rows_total + tid; r < pairs; r += blockDim.x) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
   pdl_launch_dependents();
 }
 
@@ -257,7 +304,9 @@ extern "C" nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_
   if (s->pairs < 0 || s->pairs > INT32_MAX || s->top_k <= 0 || s->pairs % s->top_k || s->experts <= 0 ||
       s->experts > NVFP4_MOE_MAX_EXPERTS)
     return NVFP4_ERR_INVALID;
-  const cudaError_t e = launch_pdl(moe_sort_kernel, 1u, SORT_LANES, (int)(s->experts * sizeof(int)), stream, *s);
+  const int warps = sort_warps(s->pairs, s->experts), chunk = (int)((s->pairs + warps - 1) / warps);
+  const cudaError_t e =
+      launch_pdl(moe_sort_kernel, 1u, 32 * warps, (int)(warps * s->experts * sizeof(int)), stream, *s, chunk);
   return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
 }
 
