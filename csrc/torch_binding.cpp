@@ -709,12 +709,19 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
                    ": x must be float16 or bfloat16, got ", x.scalar_type());
   TORCH_CHECK_VALUE(x.dim() == 2 && (x.stride(1) == 1 || x.size(1) == 1), op,
                     ": x must be [T, K], contiguous along K, got shape ", x.sizes(), " strides ", x.strides());
-  const Arg w_(w);
+  /* weights repacked for bf16 (ops.pack_bf16_pairs: int32 words, nvfp4.h's NVFP4_CODES_BF16_PAIRS), read as their
+   * bytes */
+  const bool pairs = w.scalar_type() == at::kInt;
+  TORCH_CHECK_TYPE(!pairs || x.scalar_type() == at::kBFloat16, op, ": weights repacked for bf16 (int32, ",
+                   "ops.pack_bf16_pairs) need bfloat16 x, got ", x.scalar_type());
+  const auto bytes = [&](const Tensor &t) { return pairs ? Arg(t).word_bytes() : Arg(t); };
+  const Arg w_ = bytes(w);
   check_fp4_tensor(op, "w", w_);
-  TORCH_CHECK_VALUE(w.dim() == 3, op, ": w must be [E, N, K/2]", gated ? " ([E, 2N, K/2]: W1 then W3)" : "",
-                    ", got shape ", w.sizes());
+  TORCH_CHECK_VALUE(w.dim() == 3, op, ": w must be [E, N, ", pairs ? "K/8" : "K/2", "]",
+                    gated ? " (W1 then W3: 2N rows)" : "", ", got shape ", w.sizes());
   const int64_t T = x.size(0), K = x.size(1), E = w.size(0), N = gated ? w.size(1) / 2 : w.size(1);
-  TORCH_CHECK_VALUE(2 * w.size(2) == K, op, ": w has K/2=", w.size(2), " but x has K=", K);
+  TORCH_CHECK_VALUE(2 * w_.size(2) == K, op, ": w ", pairs ? "(int32 words) has K/8=" : "has K/2=", w.size(2),
+                    " but x has K=", K);
   TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (= x.shape[1] = ", K,
                     ") must be a positive multiple of 16 (one e4m3 scale per 16 values)");
   TORCH_CHECK_VALUE(!gated || w.size(1) % 2 == 0, op, ": a gated w must have 2N rows (W1 then W3), got ", w.size(1));
@@ -746,11 +753,12 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
     make_operand(op, w_, "w_sf", Arg(w_sf), true, E, 2 * N, K, true);  // the whole of w_sf checked first
     const int64_t sf_rows = blocked ? N / 128 : N;
     const auto half = [&](const Tensor &t, int64_t i, int64_t rows) { return t.dim() >= 2 ? t.narrow(1, i * rows, rows) : t; };
-    p.b = make_operand(op, Arg(half(w, 0, N)), "w_sf", Arg(half(w_sf, 0, sf_rows)), true, E, N, K, true);
-    p.b2 = make_operand(op, Arg(half(w, 1, N)), "w_sf", Arg(half(w_sf, 1, sf_rows)), true, E, N, K, true);
+    p.b = make_operand(op, bytes(half(w, 0, N)), "w_sf", Arg(half(w_sf, 0, sf_rows)), true, E, N, K, true);
+    p.b2 = make_operand(op, bytes(half(w, 1, N)), "w_sf", Arg(half(w_sf, 1, sf_rows)), true, E, N, K, true);
   } else {
     p.b = make_operand(op, w_, "w_sf", Arg(w_sf), true, E, N, K, true);
   }
+  if (pairs) p.b.codes = p.b2.codes = NVFP4_CODES_BF16_PAIRS;
   p.offs = offs.const_data_ptr<int32_t>();
   p.alpha = p.alpha2 = 1.0f;
   p.c_type = NVFP4_F16;

@@ -111,6 +111,35 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
                    slack=slack(x, w.data, w.sf, offs, None, None, gated)[:rows])
 
 
+PAIRS_CASES = [CASES[i] for i in (0, 6, 13, 12, 16, 19, 21)]
+
+
+@pytest.mark.parametrize("case", PAIRS_CASES, ids=[f"{c[0][:4]}-{c[1]}x{c[2]}x{c[3]}-{c[4]}-{c[5]}" for c in PAIRS_CASES])
+def test_bf16_pairs(device, gen, case):
+    """Weights repacked for bf16 (pack_bf16_pairs: int32 [E, N, K/8]) with bf16 x: the reference's
+    results on the checkpoint's bytes; fp16 x refused."""
+    sizes, t, n, k, layout, gated = case
+    e = len(sizes)
+    w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=device, layout=layout)
+    x = activations(t, k, torch.bfloat16, gen, device)
+    offs = routing(sizes, device)
+    alphas = (torch.rand(e, generator=gen) + 0.25).to(device)
+    packed = nk.pack_bf16_pairs(w.data)
+    assert packed.dtype == torch.int32 and packed.shape == (e, w.data.shape[1], k // 8)
+    out = poisoned((t, n), device).to(torch.bfloat16)
+    nk.grouped_mm(x, packed, w.sf, offs, alphas=alphas, gated=gated, out=out)
+    want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, gated, out=out.new_full(out.shape, float("nan")))
+    rows = int(offs[-1])
+    assert torch.isnan(out[rows:].float()).all(), "rows past the last expert were written"
+    assert_matches(out[:rows], want[:rows], f"pairs {case}", slack=slack(x, w.data, w.sf, offs, alphas, None,
+                                                                         gated)[:rows])
+    if device == "cuda":
+        name = nk.kernel_name("grouped_mm_gated" if gated else "grouped_mm", x, packed, w.sf, offs)
+        assert "pairs" in name and "rows by expert" in name, name
+    with pytest.raises(TypeError, match=r"weights repacked for bf16 \(int32, ops.pack_bf16_pairs\) need bfloat16 x"):
+        nk.grouped_mm(x.half(), packed, w.sf, offs, gated=gated)
+
+
 @needs_cuda
 @pytest.mark.parametrize("e,t,n,k,routings", [
     (6, 24, 96, 256, ([24, 0, 0, 0, 0, 0], [0, 3, 0, 11, 0, 10], [1, 2, 3, 4, 5, 9])),
