@@ -33,7 +33,7 @@ namespace {
 
 /* The sort's warps: one a chunk of >= 64 pairs, at most 32, and as many as
  * the chunks' cursors (warps x experts ints) leave in 48 KB of shared memory
- * beside the kernel's own 132 bytes. A lane reads SORT_IDS ids at once. */
+ * beside the kernel's own (144 bytes). A lane reads SORT_IDS ids at once. */
 constexpr int SORT_MAX_WARPS = 32, SORT_CURSORS = 12000, SORT_IDS = 8;
 
 int sort_warps(int64_t pairs, int64_t experts) {
@@ -48,19 +48,20 @@ __global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvf
   pdl_wait();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
   const int experts = (int)s.experts, pairs = (int)s.pairs, top_k = (int)s.top_k;
-  auto id = [&](int p) -> int64_t {
+  auto id = [&](int64_t p) -> int64_t {
     return s.ids64 ? static_cast<const int64_t *>(s.ids)[p] : static_cast<const int32_t *>(s.ids)[p];
   };
   for (int i = tid; i < warps * experts; i += blockDim.x) cur[i] = 0;
   __syncthreads();
   int *const mine = cur + warp * experts;
-  const int p0 = std::min(pairs, warp * chunk), p1 = std::min(pairs, p0 + chunk);
+  /* pair indices in 64 bits: a chunk's last steps may pass 2^31 - 1 */
+  const int64_t p0 = std::min<int64_t>(pairs, (int64_t)warp * chunk), p1 = std::min<int64_t>(pairs, p0 + chunk);
   /* ids of pairs base + 32 i + lane, i < SORT_IDS (-1 past the chunk), loaded before any is used */
-  auto ids_at = [&](int base, int64_t(&e)[SORT_IDS]) {
+  auto ids_at = [&](int64_t base, int64_t(&e)[SORT_IDS]) {
 #pragma unroll
     for (int i = 0; i < SORT_IDS; i++) e[i] = base + 32 * i + lane < p1 ? id(base + 32 * i + lane) : -1;
   };
-  for (int base = p0; base < p1; base += 32 * SORT_IDS) {
+  for (int64_t base = p0; base < p1; base += 32 * SORT_IDS) {
     int64_t e[SORT_IDS];
     ids_at(base, e);
 #pragma unroll
@@ -106,12 +107,12 @@ __global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvf
   __syncthreads();
   /* the chunk's pairs in order, 32 at a time: lanes of one expert find each
    * other, take rows next + their rank among them; the lowest moves it on */
-  for (int base = p0; base < p1; base += 32 * SORT_IDS) {
+  for (int64_t base = p0; base < p1; base += 32 * SORT_IDS) {
     int64_t ev[SORT_IDS];
     ids_at(base, ev);
 #pragma unroll
     for (int i = 0; i < SORT_IDS; i++) {
-      const int p = base + 32 * i + lane;
+      const int64_t p = base + 32 * i + lane;
       const bool ok = ev[i] >= 0 && ev[i] < experts;
       const int e = ok ? (int)ev[i] : experts + lane; /* lanes without an expert match nobody */
       const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvf
       __syncwarp();
       if (ok) {
         const int r = start + __popc(peers & ((1u << lane) - 1u));
-        s.token_of_row[r] = p / top_k;
+        s.token_of_row[r] = (int32_t)(p / top_k);
         s.expert_of_row[r] = e;
         s.row_of_pair[p] = r;
       } else if (p < p1) {
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvf
       }
     }
   }
-  for (int r = rows_total + tid; r < pairs; r += blockDim.x) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
+  for (int64_t r = rows_total + tid; r < pairs; r += blockDim.x) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
   pdl_launch_dependents();
 }
 
