@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -703,6 +704,27 @@ void dual_gemm_w4a4_out(const Tensor &x, const Tensor &b1, const Tensor &b2, con
  * W3 ([E, 2N, K/2]; blocked scales need N % 128 == 0) and the output is
  * silu(x W1^T alphas) * (x W3^T alphas2). Output [T, N]; rows past
  * offs[E - 1] are not written. */
+/* NVFP4_CHECK_OFFS=1 (debugging): grouped_mm reads a GPU's offs back to check them, except while the device's
+ * current stream is being captured (a copy there would break the capture). */
+bool check_offs_on_host(const at::Device &device) {
+  static const bool asked = [] {
+    const char *e = std::getenv("NVFP4_CHECK_OFFS");
+    return e && e[0] && e[0] != '0';
+  }();
+  if (!asked) return false;
+#ifdef NVFP4_WITH_CUDA
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device.index()).stream(), &status) != cudaSuccess) {
+    cudaGetLastError(); /* not the op's error to report: no check */
+    return false;
+  }
+  return status == cudaStreamCaptureStatusNone;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
 Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
                      const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated) {
   TORCH_CHECK_TYPE(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op,
@@ -735,8 +757,11 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
     TORCH_CHECK_VALUE(t->device() == pr.device, op, ": ", name, " is on ", t->device(), " but x is on ", pr.device);
   TORCH_CHECK_VALUE(pr.device.is_cpu() || pr.device.is_cuda(), op, ": tensors on ", pr.device,
                     " are not supported (CPU or CUDA)");
-  if (pr.device.is_cpu()) {  // host memory: the precondition checked for free
-    const int32_t *o = offs.const_data_ptr<int32_t>();
+  /* the precondition on offs: checked for free in host memory; on a GPU where NVFP4_CHECK_OFFS asks (a copy to
+   * the host and a sync a call, not while the stream is being captured into a CUDA graph) */
+  const Tensor offs_host = pr.device.is_cpu() ? offs : check_offs_on_host(pr.device) ? offs.cpu() : Tensor();
+  if (offs_host.defined()) {
+    const int32_t *o = offs_host.const_data_ptr<int32_t>();
     for (int64_t e = 0; e < E; e++)
       TORCH_CHECK_VALUE(o[e] >= (e ? o[e - 1] : 0) && o[e] <= T, op, ": offs must be non-decreasing from 0 and at most T=",
                         T, "; offs[", e, "] = ", o[e], e ? " after " + std::to_string(o[e - 1]) : std::string());

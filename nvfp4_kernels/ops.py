@@ -181,8 +181,9 @@ def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alpha
     K/16] or blocked) scaled by alphas[e]. offs: int32 [E] on x's device, the cumulative row ends
     (non-decreasing, at most T: read on the GPU, never on the host, so a CUDA graph can replay new
     routings; a CUDA kernel cannot check it, and counts an entry below its predecessor as an empty
-    expert). gated: w holds W1 then W3 of each expert ([E, 2N, K/2]) and the result is
-    silu(alphas * x W1^T) * (alphas2 * x W3^T), in one pass. Out [T, N] in x's dtype (or out_dtype);
+    expert; NVFP4_CHECK_OFFS=1 has every call read it back and check it, outside a graph capture).
+    gated: w holds W1 then W3 of each expert ([E, 2N, K/2]) and the result is silu(alphas * x W1^T)
+    * (alphas2 * x W3^T), in one pass. Out [T, N] in x's dtype (or out_dtype);
     rows past offs[E - 1] are not written (use out= to keep what is there). With bf16 x, w may be
     pack_bf16_pairs(w) (int32 [E, N, K/8]), which the kernels decode in fewer instructions.
     """

@@ -199,13 +199,17 @@ def random_layer(n, k, bias, mode, gen, device="cpu", dtype=torch.bfloat16):
     return layer
 
 
-def run_example(name, *args):
-    """examples/<name> in a fresh interpreter that imports the package as this one does (built in
-    place in a clone, or installed)."""
+def run_python(args, **env):
+    """python <args> in a fresh interpreter that imports the package as this one does (built in
+    place in a clone, or installed), with these environment variables added."""
     import nvfp4_kernels
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(nvfp4_kernels.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, os.path.join(root, "examples", name), *args], capture_output=True,
-                          text=True, timeout=600, env=env)
+    env = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+def run_example(name, *args):
+    """examples/<name> in a fresh interpreter (run_python)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return run_python([os.path.join(root, "examples", name), *args])

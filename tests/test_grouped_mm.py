@@ -13,7 +13,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches, needs_cuda
-from helpers import FORCED, poisoned, w4a16_slack, wgmma_built
+from helpers import FORCED, poisoned, run_python, w4a16_slack, wgmma_built
 
 
 def routing(sizes, device):
@@ -199,6 +199,39 @@ def test_bad_arguments(device):
     wb = random_operand(e, 2 * 64, k, gen=torch.Generator().manual_seed(1), device=device, layout="blocked")
     with pytest.raises(ValueError, match=r"blocked scales of a gated w need N % 128 == 0"):
         nk.grouped_mm(x, wb.data, wb.sf, offs, gated=True)
+
+
+CHECK_OFFS = '''
+import torch, nvfp4_kernels as nk
+from nvfp4_kernels.testing import random_operand
+w = random_operand(3, 32, 64, gen=torch.Generator().manual_seed(0), device="cuda")
+x = torch.zeros(5, 64, dtype=torch.bfloat16, device="cuda")
+try:
+    nk.grouped_mm(x, w.data, w.sf, torch.tensor([3, 1, 5], dtype=torch.int32, device="cuda"))
+    print("no error")
+except ValueError as e:
+    print("ValueError:", e)
+offs = torch.tensor([1, 3, 5], dtype=torch.int32, device="cuda")
+nk.grouped_mm(x, w.data, w.sf, offs)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    y = nk.grouped_mm(x, w.data, w.sf, offs)
+graph.replay()
+torch.cuda.synchronize()
+print("captured")
+'''
+
+
+@needs_cuda
+def test_offs_checked_where_asked():
+    """NVFP4_CHECK_OFFS=1 (read once: a fresh interpreter): a GPU's offs read back and checked as the
+    CPU's are; not while a CUDA graph captures. Unset: no check (the kernels count a decreasing
+    entry as an empty expert)."""
+    for flag, want in (("1", "ValueError: nvfp4.grouped_mm: offs must be non-decreasing from 0 and at most T=5; "
+                             "offs[1] = 1 after 3"), ("0", "no error")):
+        r = run_python(["-c", CHECK_OFFS], NVFP4_CHECK_OFFS=flag)
+        assert r.returncode == 0, r.stderr
+        assert want in r.stdout and "captured" in r.stdout, r.stdout
 
 
 def test_torch_citizen(device, gen):
