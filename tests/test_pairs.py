@@ -129,8 +129,8 @@ def test_pairs_bad_arguments(gen):
         nk.gemm_w4a16(x, torch.zeros(4, 5, dtype=torch.int32).t(), b.sf)
     with pytest.raises(TypeError, match="must be float4_e2m1fn_x2 or uint8"):
         nk.gemm(b.data, w, b.sf, b.sf)  # W4A4 takes no repacked weights
-    with pytest.raises(TypeError, match="must be float4_e2m1fn_x2 or uint8"):
-        nk.grouped_mm(x, w.unsqueeze(0), b.sf.unsqueeze(0), torch.tensor([3], dtype=torch.int32))
+    with pytest.raises(TypeError, match="repacked for bf16 .* need bfloat16 x"):
+        nk.grouped_mm(x.half(), w.unsqueeze(0), b.sf.unsqueeze(0), torch.tensor([3], dtype=torch.int32))
     with pytest.raises(TypeError, match="must be float4_e2m1fn_x2 or uint8"):
         nk.pack_bf16_pairs(w)
     with pytest.raises(ValueError, match="K a multiple of 16"):
