@@ -697,13 +697,6 @@ void dual_gemm_w4a4_out(const Tensor &x, const Tensor &b1, const Tensor &b2, con
   w4a16_out("nvfp4.dual_gemm_w4a4", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out, &global_scale);
 }
 
-/* Rows grouped by expert (a mixture of experts, nvfp4.h): x [T, K] fp16 /
- * bf16, rows sorted by expert; w [E, N, K/2] and w_sf (linear [E, N, K/16]
- * or blocked); offs int32 [E], the experts' cumulative row ends, on x's
- * device; alphas (alphas2) float32 [E] there, or none. gated: w holds W1 then
- * W3 ([E, 2N, K/2]; blocked scales need N % 128 == 0) and the output is
- * silu(x W1^T alphas) * (x W3^T alphas2). Output [T, N]; rows past
- * offs[E - 1] are not written. */
 /* NVFP4_CHECK_OFFS=1 (debugging): grouped_mm reads a GPU's offs back to check them, except while the device's
  * current stream is being captured (a copy there would break the capture). */
 bool check_offs_on_host(const at::Device &device) {
@@ -725,6 +718,14 @@ bool check_offs_on_host(const at::Device &device) {
 #endif
 }
 
+/* Rows grouped by expert (a mixture of experts, nvfp4.h): x [T, K] fp16 /
+ * bf16, rows sorted by expert; w [E, N, K/2] and w_sf (linear [E, N, K/16]
+ * or blocked); offs int32 [E], the experts' cumulative row ends, on x's
+ * device; alphas (alphas2) float32 [E] there, or none. gated: w holds W1 then
+ * W3 ([E, 2N, K/2]; blocked scales need N % 128 == 0) and the output is
+ * silu(x W1^T alphas) * (x W3^T alphas2). Output [T, N]; rows past
+ * offs[E - 1] are not written. With bf16 x, w may be int32 [E, N, K/8]
+ * (ops.pack_bf16_pairs). */
 Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
                      const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated) {
   TORCH_CHECK_TYPE(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op,
