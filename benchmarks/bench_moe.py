@@ -48,11 +48,12 @@ def logits_of(t, e, routing, gen):
     return z
 
 
-def random_moe(h, i, e, k, mode, gen):
-    """An NVFP4MoE of random codes and scales (its speed does not depend on the values)."""
-    moe = NVFP4MoE(e, h, i, k, mode=mode, device="cuda")
+def random_moe(h, i, e, k, mode, gen, dtype=torch.bfloat16):
+    """An NVFP4MoE of random codes and scales (its speed does not depend on the values), laid out for
+    dtype's activations (bf16: repacked)."""
+    moe = NVFP4MoE(e, h, i, k, mode=mode, dtype=dtype, device="cuda")
     for name in ("w13_weight", "w2_weight"):
-        buf = getattr(moe, name)
+        buf = getattr(moe, name).view(torch.uint8)  # any bits are codes, in either layout
         buf.copy_(torch.randint(0, 256, buf.shape, generator=gen, device="cuda", dtype=torch.uint8))
     for name in ("w13_weight_scale", "w2_weight_scale"):
         buf = getattr(moe, name)

@@ -50,8 +50,6 @@ _AMAX_TO_SCALE = 6.0 * 448.0  # e2m1's largest value times e4m3's: the divisor's
 _BLOCK = 16
 _ACT_DTYPES = (torch.float16, torch.bfloat16)
 _BIAS_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# Module.to(dtype), .half(), .bfloat16() cast every floating tensor; these keep their dtype.
-_FIXED_DTYPE = ("weight_scale", "weight_scale_2", "input_scale", "_input_global_scale", "_alpha")
 
 
 def _scalar_tensor(value, name: str, device) -> torch.Tensor:
@@ -67,7 +65,100 @@ def _scalar_tensor(value, name: str, device) -> torch.Tensor:
     return t
 
 
-class NVFP4Linear(torch.nn.Module):
+class _NVFP4Module(torch.nn.Module):
+    """What NVFP4Linear and NVFP4MoE share: derived buffers set in place, buffers that keep their
+    dtype through ``.to(dtype)``, and code buffers (``_CODES``) held repacked for bf16
+    (``ops.pack_bf16_pairs``) where ``_pairs`` says, while ``state_dict()`` / ``load_state_dict()``
+    exchange the checkpoint's bytes. ``dtype``: the activations' dtype the layout is for."""
+
+    _FIXED_DTYPE: Tuple[str, ...] = ()
+    _CODES: Tuple[str, ...] = ()
+    dtype: torch.dtype
+
+    def _set_derived(self, name: str, value: torch.Tensor) -> None:
+        """In place where possible, so that a captured CUDA graph sees new values."""
+        cur = self._buffers.get(name)
+        if cur is not None and cur.device == value.device and cur.shape == value.shape and not cur.is_meta:
+            cur.copy_(value)
+        else:
+            self.register_buffer(name, value, persistent=False)
+
+    def _pairs(self, device: torch.device, dtype: torch.dtype) -> bool:
+        raise NotImplementedError
+
+    def _register_codes(self, name: str, shape: Tuple[int, ...], device) -> None:
+        """A zero code buffer [..., K/2] in the layout _pairs asks for (zero codes repack to zero words)."""
+        if self._pairs(torch.empty(0, device=device).device, self.dtype):
+            self.register_buffer(name, torch.zeros(*shape[:-1], shape[-1] // 4, dtype=torch.int32, device=device))
+        else:
+            self.register_buffer(name, torch.zeros(shape, dtype=torch.uint8, device=device))
+
+    def _codes(self, name: str) -> torch.Tensor:
+        """Buffer ``name`` as the checkpoint holds it: uint8 [..., K/2] (a new tensor where it is repacked)."""
+        w = self._buffers[name]
+        return ops.unpack_bf16_pairs(w) if w.dtype == torch.int32 else w
+
+    @torch.no_grad()
+    def _copy_codes(self, name: str, codes: torch.Tensor, index=None) -> None:
+        """Checkpoint codes (uint8 or float4_e2m1fn_x2) into buffer ``name`` (or its [index]), in its layout."""
+        dst = self._buffers[name] if index is None else self._buffers[name][index]
+        codes = codes.view(torch.uint8) if codes.dtype != torch.uint8 else codes
+        dst.copy_(ops.pack_bf16_pairs(codes) if dst.dtype == torch.int32 else codes)
+
+    @torch.no_grad()
+    def _relayout(self, to_int32: Optional[bool] = None) -> None:
+        """Each code buffer into the layout _pairs asks for on its device (or to_int32's)."""
+        for name in self._CODES:
+            w = self._buffers[name]
+            pairs = self._pairs(w.device, self.dtype) if to_int32 is None else to_int32
+            if w.dtype == torch.int32 and not pairs:
+                self._buffers[name] = ops.unpack_bf16_pairs(w)
+            elif w.dtype == torch.uint8 and pairs:
+                self._buffers[name] = ops.pack_bf16_pairs(w)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name in self._CODES:
+            if self._buffers[name].dtype == torch.int32:
+                destination[prefix + name] = self._codes(name)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        for name in self._CODES:  # the checkpoint's bytes, in this module's layout
+            w, v = self._buffers[name], state_dict.get(prefix + name)
+            if w.dtype == torch.int32 and isinstance(v, torch.Tensor) and \
+                    v.dtype in (torch.uint8, torch.float4_e2m1fn_x2) and v.shape == (*w.shape[:-1], 4 * w.shape[-1]):
+                state_dict[prefix + name] = ops.pack_bf16_pairs(v)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        self.update_derived_scales()
+
+    def _apply(self, fn, recurse=True):
+        # where and in what dtype fn puts a float tensor: the codes' layout follows (repacked on the
+        # host before a move to a GPU)
+        device = self._buffers[self._CODES[0]].device
+        try:
+            probe = fn(torch.empty(0, dtype=self.dtype, device=device))
+        except Exception:  # noqa: BLE001  (fn fails on the buffers too, as super()._apply reports)
+            probe = None
+        if probe is not None and device.type == "cpu" and self._pairs(probe.device, probe.dtype):
+            self._relayout(to_int32=True)
+        keep = {k: self._buffers[k] for k in self._FIXED_DTYPE if self._buffers.get(k) is not None}
+        super()._apply(fn, recurse)
+        for k, old in keep.items():
+            new = self._buffers[k]
+            if new.dtype != old.dtype:  # a dtype cast: take only the device move
+                self._buffers[k] = old.to(new.device)
+        if probe is not None and probe.dtype.is_floating_point:
+            self.dtype = probe.dtype
+        self._relayout()
+        return self
+
+    def update_derived_scales(self) -> None:
+        raise NotImplementedError
+
+
+class NVFP4Linear(_NVFP4Module):
     """y = x @ W^T + bias with NVFP4 weights (see the module docstring for the numbers).
 
     mode "w4a4": activations are quantized to NVFP4 per 16 values with the layer's input_scale (a
@@ -77,6 +168,10 @@ class NVFP4Linear(torch.nn.Module):
     1 / input_scale and the gemm's alpha are kept as non-persistent buffers, recomputed on loading
     (call ``update_derived_scales()`` after changing a scale by hand).
     """
+
+    # Module.to(dtype), .half(), .bfloat16() cast every floating tensor; these keep their dtype.
+    _FIXED_DTYPE = ("weight_scale", "weight_scale_2", "input_scale", "_input_global_scale", "_alpha")
+    _CODES = ("weight",)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, mode: str = "w4a4",
                  dtype: torch.dtype = torch.bfloat16, device=None):
@@ -94,9 +189,7 @@ class NVFP4Linear(torch.nn.Module):
         self.in_features, self.out_features, self.mode, self.dtype = in_features, out_features, mode, dtype
         n, k = out_features, in_features
         f32 = dict(dtype=torch.float32, device=device)
-        self.register_buffer("weight", torch.zeros(n, k // 2, dtype=torch.uint8, device=device))
-        if self._pairs(self.weight.device, dtype):
-            self.weight = ops.pack_bf16_pairs(self.weight)
+        self._register_codes("weight", (n, k // 2), device)
         self.register_buffer("weight_scale", torch.zeros(n, k // _BLOCK, dtype=torch.float8_e4m3fn, device=device))
         self.register_buffer("weight_scale_2", torch.ones((), **f32))
         if mode == "w4a4":
@@ -107,14 +200,6 @@ class NVFP4Linear(torch.nn.Module):
         self.update_derived_scales()
 
     # ---- scales ------------------------------------------------------------------------------
-    def _set_derived(self, name: str, value: torch.Tensor) -> None:
-        """In place where possible, so that a captured CUDA graph sees new values."""
-        cur = self._buffers.get(name)
-        if cur is not None and cur.device == value.device and cur.shape == value.shape and not cur.is_meta:
-            cur.copy_(value)
-        else:
-            self.register_buffer(name, value, persistent=False)
-
     @torch.no_grad()
     def update_derived_scales(self) -> None:
         """Recompute what forward reads besides the checkpoint's tensors: 1 / input_scale (the
@@ -132,18 +217,11 @@ class NVFP4Linear(torch.nn.Module):
 
     def weight_codes(self) -> torch.Tensor:
         """The weight as the checkpoint holds it: uint8 [N, K/2] (a new tensor where it is repacked)."""
-        return ops.unpack_bf16_pairs(self.weight) if self.weight.dtype == torch.int32 else self.weight
+        return self._codes("weight")
 
-    @torch.no_grad()
     def set_weight_codes(self, codes: torch.Tensor) -> None:
         """Copy checkpoint codes (uint8 or float4_e2m1fn_x2 [N, K/2]) into the weight, in its layout."""
-        codes = codes.view(torch.uint8) if codes.dtype != torch.uint8 else codes
-        self.weight.copy_(ops.pack_bf16_pairs(codes) if self.weight.dtype == torch.int32 else codes)
-
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        if self.weight.dtype == torch.int32:
-            destination[prefix + "weight"] = self.weight_codes()
+        self._copy_codes("weight", codes)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -154,38 +232,8 @@ class NVFP4Linear(torch.nn.Module):
                 state_dict[prefix + name] = v.reshape(())
         if self.mode == "w4a16":
             state_dict.pop(prefix + "input_scale", None)
-        v = state_dict.get(prefix + "weight")
-        if self.weight.dtype == torch.int32 and isinstance(v, torch.Tensor) and v.dtype in (
-                torch.uint8, torch.float4_e2m1fn_x2) and v.shape == (self.out_features, self.in_features // 2):
-            state_dict[prefix + "weight"] = ops.pack_bf16_pairs(v)  # the checkpoint's bytes, in this layer's layout
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
-        self.update_derived_scales()
-
-    def _apply(self, fn, recurse=True):
-        # where and in what dtype fn puts a float tensor: the weight's layout follows (repacked on the
-        # host before a move to a GPU)
-        try:
-            probe = fn(torch.empty(0, dtype=self.dtype, device=self.weight.device))
-        except Exception:  # noqa: BLE001  (fn fails on the buffers too, as super()._apply reports)
-            probe = None
-        if probe is not None and self.weight.dtype == torch.uint8 and self.weight.device.type == "cpu" and \
-                self._pairs(probe.device, probe.dtype):
-            self.weight = ops.pack_bf16_pairs(self.weight)
-        keep = {k: self._buffers[k] for k in _FIXED_DTYPE if self._buffers.get(k) is not None}
-        super()._apply(fn, recurse)
-        for k, old in keep.items():
-            new = self._buffers[k]
-            if new.dtype != old.dtype:  # a dtype cast: take only the device move
-                self._buffers[k] = old.to(new.device)
-        if probe is not None and probe.dtype.is_floating_point:
-            self.dtype = probe.dtype
-        pairs = self._pairs(self.weight.device, self.dtype)
-        if self.weight.dtype == torch.int32 and not pairs:
-            self.weight = ops.unpack_bf16_pairs(self.weight)
-        elif self.weight.dtype == torch.uint8 and pairs:
-            self.weight = ops.pack_bf16_pairs(self.weight)
-        return self
 
     # ---- forward -------------------------------------------------------------------------------
     def _check_input(self, x) -> None:
@@ -206,8 +254,7 @@ class NVFP4Linear(torch.nn.Module):
             if self.weight.dtype == torch.int32 and x.dtype != torch.bfloat16:
                 # laid out for bf16 activations: back to the checkpoint's bytes, which fp16 ones take too (once; a
                 # layer meant for fp16 is built, or converted, with dtype float16)
-                with torch.no_grad():
-                    self.weight = ops.unpack_bf16_pairs(self.weight)
+                self._relayout(to_int32=False)
             return ops.gemm_w4a16(x, self.weight, self.weight_scale, alpha=self.weight_scale_2, bias=bias)
         return ops.gemm_w4a4(x, self.weight, self.weight_scale, global_scale=self._input_global_scale,
                              alpha=self._alpha, bias=bias)
@@ -425,7 +472,7 @@ class RowParallelNVFP4Linear(NVFP4Linear):
 ROUTINGS = ("softmax", "sigmoid")
 
 
-class NVFP4MoE(torch.nn.Module):
+class NVFP4MoE(_NVFP4Module):
     """The experts of a mixture-of-experts block, NVFP4, as ModelOpt quantizes them (each expert's
     gate_proj, up_proj and down_proj an NVFP4Linear without bias), stacked per expert:
 
@@ -454,12 +501,24 @@ class NVFP4MoE(torch.nn.Module):
     mode "w4a4": each row is quantized to NVFP4 with its expert's input_scale (as NVFP4Linear does)
     before each grouped_mm, whose exact values (e2m1 x e4m3 fits bf16 and fp16) it multiplies,
     alpha = input_scale * weight_scale_2; "w4a16": the rows as they are, alpha = weight_scale_2.
+
+    ``dtype``: the activations' dtype the experts are laid out for. A bfloat16 MoE on a GPU holds
+    w13_weight and w2_weight repacked for bf16 (``ops.pack_bf16_pairs``: int32 [E, 2I, H/8] and
+    [E, H, I/8]; both modes, since both multiply bf16 values); ``state_dict()`` and
+    ``load_state_dict()`` exchange the checkpoint's bytes all the same, ``weight_codes(name)``
+    returns them, and fp16 x turns the weights back into them once.
     """
+
+    # Module.to(dtype) casts every floating tensor; these keep their dtype.
+    _FIXED_DTYPE = ("w13_weight_scale", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2",
+                    "w13_input_scale", "w2_input_scale", "e_score_correction_bias", "_w13_input_global",
+                    "_w2_input_global", "_alpha1", "_alpha3", "_alpha2")
+    _CODES = ("w13_weight", "w2_weight")
 
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, top_k: int, *,
                  mode: str = "w4a4", routing: str = "softmax", norm_topk_prob: bool = True, n_group: int = 1,
                  topk_group: int = 1, routed_scaling_factor: float = 1.0, correction_bias: bool = False,
-                 device=None):
+                 dtype: torch.dtype = torch.bfloat16, device=None):
         super().__init__()
         e, h, i = num_experts, hidden_size, intermediate_size
         for name, v in (("num_experts", e), ("hidden_size", h), ("intermediate_size", i), ("top_k", top_k)):
@@ -478,15 +537,18 @@ class NVFP4MoE(torch.nn.Module):
         if e % n_group or not 1 <= topk_group <= n_group or (n_group > 1 and routing != "sigmoid"):
             raise ValueError(f"NVFP4MoE: n_group={n_group} must divide num_experts={e}, 1 <= topk_group="
                              f"{topk_group} <= n_group, and groups go with sigmoid routing")
+        if dtype not in _BIAS_DTYPES:
+            raise TypeError(f"NVFP4MoE: dtype must be float32, float16 or bfloat16, got {dtype}")
+        self.dtype = dtype
         self.num_experts, self.hidden_size, self.intermediate_size, self.top_k = e, h, i, top_k
         self.mode, self.routing, self.norm_topk_prob = mode, routing, norm_topk_prob
         self.n_group, self.topk_group, self.routed_scaling_factor = n_group, topk_group, float(routed_scaling_factor)
         f32 = dict(dtype=torch.float32, device=device)
-        self.register_buffer("w13_weight", torch.zeros(e, 2 * i, h // 2, dtype=torch.uint8, device=device))
+        self._register_codes("w13_weight", (e, 2 * i, h // 2), device)
         self.register_buffer("w13_weight_scale", torch.zeros(e, 2 * i, h // _BLOCK, dtype=torch.float8_e4m3fn,
                                                              device=device))
         self.register_buffer("w13_weight_scale_2", torch.ones(e, 2, **f32))
-        self.register_buffer("w2_weight", torch.zeros(e, h, i // 2, dtype=torch.uint8, device=device))
+        self._register_codes("w2_weight", (e, h, i // 2), device)
         self.register_buffer("w2_weight_scale", torch.zeros(e, h, i // _BLOCK, dtype=torch.float8_e4m3fn,
                                                             device=device))
         self.register_buffer("w2_weight_scale_2", torch.ones(e, **f32))
@@ -495,8 +557,6 @@ class NVFP4MoE(torch.nn.Module):
             self.register_buffer("w2_input_scale", torch.ones(e, **f32))
         self.register_buffer("e_score_correction_bias", torch.zeros(e, **f32) if correction_bias else None)
         self.update_derived_scales()
-
-    _set_derived = NVFP4Linear._set_derived
 
     @torch.no_grad()
     def update_derived_scales(self) -> None:
@@ -511,20 +571,18 @@ class NVFP4MoE(torch.nn.Module):
         self._set_derived("_alpha3", s13[:, 1].contiguous())
         self._set_derived("_alpha2", s2.contiguous())
 
-    def _load_from_state_dict(self, state_dict, prefix, *args):
-        super()._load_from_state_dict(state_dict, prefix, *args)
-        self.update_derived_scales()
+    # ---- the weights' layout -----------------------------------------------------------------
+    def _pairs(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether the experts are held repacked for bf16 (bfloat16, on a GPU: both modes run the
+        grouped_mm on bf16 values; the CPU kernel reads the checkpoint's bytes faster)."""
+        return dtype == torch.bfloat16 and device.type == "cuda"
 
-    def _apply(self, fn, recurse=True):
-        fixed = ("w13_weight_scale", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale",
-                 "w2_input_scale", "e_score_correction_bias", "_w13_input_global", "_w2_input_global", "_alpha1",
-                 "_alpha3", "_alpha2")
-        keep = {k: self._buffers[k] for k in fixed if self._buffers.get(k) is not None}
-        super()._apply(fn, recurse)
-        for k, old in keep.items():
-            if self._buffers[k].dtype != old.dtype:  # a dtype cast: take only the device move
-                self._buffers[k] = old.to(self._buffers[k].device)
-        return self
+    def weight_codes(self, name: str) -> torch.Tensor:
+        """``name`` ("w13_weight" or "w2_weight") as the checkpoint holds it: uint8 [E, N, K/2] (a new
+        tensor where it is repacked)."""
+        if name not in self._CODES:
+            raise ValueError(f"NVFP4MoE.weight_codes: name must be one of {self._CODES}, got {name!r}")
+        return self._codes(name)
 
     # ---- forward -------------------------------------------------------------------------------
     def route(self, router_logits: torch.Tensor):
@@ -567,6 +625,10 @@ class NVFP4MoE(torch.nn.Module):
                 raise ValueError(f"NVFP4MoE: topk must be (float weights, integer expert ids), each [T={t}, "
                                  f"top_k={k}] on x's device, got {got}")
         token_of_row, expert_of_row, row_of_pair, offs = ops.moe_sort(ids, self.num_experts)
+        if x.dtype != torch.bfloat16 and self.w13_weight.dtype == torch.int32:
+            # laid out for bf16: back to the checkpoint's bytes, which fp16 values take too (once; an MoE
+            # meant for fp16 is built, or converted, with dtype float16)
+            self._relayout(to_int32=False)
         w4a4 = self.mode == "w4a4"
         rows = self._rows(x, self._w13_input_global if w4a4 else None, expert_of_row, token_of_row)
         h = ops.grouped_mm(rows, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,
@@ -584,8 +646,8 @@ class NVFP4MoE(torch.nn.Module):
     @torch.no_grad()
     def from_linears(cls, gate, up, down, top_k: int, **routing) -> "NVFP4MoE":
         """Stack per-expert NVFP4Linear layers (as a ModelOpt checkpoint's experts.{e}.gate_proj,
-        up_proj, down_proj load; lists in expert order, no bias, one mode) into an NVFP4MoE, tensor
-        for tensor. W4A4 needs gate's and up's input_scale equal per expert (one quantization of the
+        up_proj, down_proj load; lists in expert order, no bias, one mode) into an NVFP4MoE of gate[0]'s
+        dtype, tensor for tensor. W4A4 needs gate's and up's input_scale equal per expert (one quantization of the
         input feeds both, as ModelOpt exports them). ``routing``: the constructor's arguments.
 
         compressed-tensors layers (models.CompressedTensorsNVFP4Linear, all of them) bring their
@@ -619,13 +681,13 @@ class NVFP4MoE(torch.nn.Module):
                 raise ValueError(f"NVFP4MoE.from_linears: expert {e}'s gate and up have {name} "
                                  f"{getattr(g, name).item()} and {getattr(u, name).item()}; one quantized input feeds "
                                  "both")
-        moe = cls(len(gate), h, i, top_k, mode=mode, device=gate[0].weight.device, **routing)
+        moe = cls(len(gate), h, i, top_k, mode=mode, dtype=gate[0].dtype, device=gate[0].weight.device, **routing)
         for e, (g, u, d) in enumerate(zip(gate, up, down)):
-            moe.w13_weight[e] = torch.cat([g.weight_codes(), u.weight_codes()])
+            moe._copy_codes("w13_weight", torch.cat([g.weight_codes(), u.weight_codes()]), e)
             moe.w13_weight_scale[e] = torch.cat([g.weight_scale, u.weight_scale])
             moe.w13_weight_scale_2[e] = torch.stack([g.weight_scale_2, u.weight_scale_2])
-            moe.w2_weight[e], moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight_codes(), d.weight_scale, \
-                d.weight_scale_2
+            moe._copy_codes("w2_weight", d.weight_codes(), e)
+            moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight_scale, d.weight_scale_2
             if mode == "w4a4":
                 moe.w13_input_scale[e], moe.w2_input_scale[e] = g.input_scale, d.input_scale
         moe.update_derived_scales()

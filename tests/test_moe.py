@@ -1,7 +1,11 @@
 """nn.NVFP4MoE: routing, the experts' rows grouped on the device, two grouped_mm stages, the
-weighted combine. Against a per-token loop over the same ops (no permutation, no grouping): on the
-CPU bit for bit (each row's sums are the same C code), on a GPU within the rows' rounding; routing
-against its formulas; a CUDA graph replayed with new routings; bad arguments."""
+weighted combine. Against a per-token loop over the same ops on the checkpoint's bytes (no
+permutation, no grouping; a bf16 MoE on a GPU holds its experts repacked): on the CPU bit for bit
+(each row's sums are the same C code), on a GPU within the rows' rounding; routing against its
+formulas; a CUDA graph replayed with new routings; the layout through state_dict, moves and casts;
+bad arguments."""
+
+import copy
 
 import pytest
 import torch
@@ -27,11 +31,12 @@ def make_moe(mode, routing, gen, device, top_k=2, **kw):
 
 
 def per_token(moe, x, logits, topk=None):
-    """out[t] = sum_j w[t, j] * expert_{ids[t, j]}(x[t]), one row at a time through the dense ops; the
-    weights and ids routed from logits, or topk's (a router's)."""
+    """out[t] = sum_j w[t, j] * expert_{ids[t, j]}(x[t]), one row at a time through the dense ops on the
+    checkpoint's bytes; the weights and ids routed from logits, or topk's (a router's)."""
     weights, ids = moe.route(logits) if topk is None else topk
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
     i = moe.intermediate_size
+    w13_codes, w2_codes = moe.weight_codes("w13_weight"), moe.weight_codes("w2_weight")
 
     def act(v, e, which):  # w4a4: v quantized with expert e's input_scale, as exact values
         if moe.mode == "w4a16":
@@ -43,10 +48,10 @@ def per_token(moe, x, logits, topk=None):
     for t in range(x.shape[0]):
         for j in range(moe.top_k):
             e = int(ids[t, j])
-            w13, s13 = moe.w13_weight[e], moe.w13_weight_scale[e]
+            w13, s13 = w13_codes[e], moe.w13_weight_scale[e]
             h = nk.dual_gemm_w4a16(act(x[t:t + 1], e, "w13"), w13[:i], w13[i:], s13[:i], s13[i:],
                                    alpha1=moe._alpha1[e:e + 1], alpha2=moe._alpha3[e:e + 1])
-            y = nk.gemm_w4a16(act(h, e, "w2"), moe.w2_weight[e], moe.w2_weight_scale[e], alpha=moe._alpha2[e:e + 1])
+            y = nk.gemm_w4a16(act(h, e, "w2"), w2_codes[e], moe.w2_weight_scale[e], alpha=moe._alpha2[e:e + 1])
             out[t] += weights[t, j] * y[0].float()
     return out.to(x.dtype)
 
@@ -114,6 +119,53 @@ def test_graph_replays_new_routings(gen):
         assert torch.equal(y, moe(x, logits))
 
 
+@needs_cuda
+@pytest.mark.parametrize("mode", ["w4a4", "w4a16"])
+def test_moe_holds_repacked_weights(gen, mode):
+    """A bf16 NVFP4MoE on a GPU keeps its experts repacked for bf16 (both modes multiply bf16 values);
+    state_dict, loading, moves and casts see the checkpoint's bytes; its outputs are the per-token
+    loop's over those bytes; fp16 x turns it back to them once."""
+    cpu = make_moe(mode, "softmax", gen, "cpu", top_k=2)
+    w13, w2 = cpu.w13_weight.clone(), cpu.w2_weight.clone()
+    assert w13.dtype == w2.dtype == torch.uint8 and cpu.dtype == torch.bfloat16  # on the host: the checkpoint's bytes
+    moe = NVFP4MoE(E, H, I, 2, mode=mode, device="cuda")
+    assert moe.w13_weight.dtype == torch.int32 and moe.w13_weight.shape == (E, 2 * I, H // 8)
+    assert moe.w2_weight.dtype == torch.int32 and moe.w2_weight.shape == (E, H, I // 8)
+    moe.load_state_dict(cpu.state_dict())
+    assert torch.equal(moe.w13_weight.cpu(), nk.pack_bf16_pairs(w13))
+    assert torch.equal(moe.w2_weight.cpu(), nk.pack_bf16_pairs(w2))
+    assert torch.equal(moe.weight_codes("w13_weight").cpu(), w13) and torch.equal(moe.weight_codes("w2_weight").cpu(), w2)
+    sd = moe.state_dict()
+    assert sd["w13_weight"].dtype == torch.uint8 and torch.equal(sd["w13_weight"].cpu(), w13)
+    assert torch.equal(sd["w2_weight"].cpu(), w2)
+    x = (torch.randn(24, H, generator=gen) * 2).bfloat16().cuda()
+    logits = torch.randn(24, E, generator=gen).cuda()
+    tol = 5e-2 if mode == "w4a4" else 1e-2
+
+    def check(m, xx, what):
+        got, want = m(xx, logits), per_token(m, xx, logits)
+        err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+        assert got.dtype == xx.dtype and err < tol, (what, float(err))
+        return got
+
+    y = check(moe, x, "repacked")
+    moved = copy.deepcopy(cpu).to("cuda")  # packed on the host before the move
+    assert moved.w13_weight.dtype == torch.int32 and torch.equal(moved.w13_weight, moe.w13_weight)
+    assert torch.equal(moved(x, logits), y)
+    half = copy.deepcopy(moe).half()
+    assert half.dtype == torch.float16 and half.w13_weight.dtype == torch.uint8 and torch.equal(half.w13_weight.cpu(), w13)
+    assert half.w13_weight_scale_2.dtype == torch.float32
+    check(half, x.half(), "cast to fp16")
+    half.bfloat16()
+    assert half.w2_weight.dtype == torch.int32 and torch.equal(half.w2_weight, moe.w2_weight)
+    once = copy.deepcopy(moe)
+    check(once, x.half(), "fp16 x on a bf16 MoE")
+    assert once.w13_weight.dtype == once.w2_weight.dtype == torch.uint8  # the checkpoint's bytes from then on
+    check(once, x, "bf16 x after")
+    back = moe.to("cpu")
+    assert back.w13_weight.dtype == torch.uint8 and torch.equal(back.w13_weight, w13) and torch.equal(back.w2_weight, w2)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match=r"top_k=9 must be at most num_experts=8 and 32"):
         NVFP4MoE(E, H, I, 9)
@@ -123,6 +175,10 @@ def test_bad_arguments():
         NVFP4MoE(E, H, I, 2, routing="relu")
     with pytest.raises(ValueError, match=r"groups go with sigmoid routing"):
         NVFP4MoE(E, H, I, 2, n_group=2)
+    with pytest.raises(TypeError, match=r"dtype must be float32, float16 or bfloat16, got torch.int8"):
+        NVFP4MoE(E, H, I, 2, dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"weight_codes: name must be one of"):
+        NVFP4MoE(E, H, I, 2).weight_codes("w13")
     moe = NVFP4MoE(E, H, I, 2, mode="w4a16")
     with pytest.raises(TypeError, match=r"x must be a float16 or bfloat16 \[T, hidden_size=64\]"):
         moe(torch.zeros(3, H), torch.zeros(3, E))
@@ -175,7 +231,7 @@ def test_modelopt_checkpoint_experts(tmp_path, gen):
     moe = NVFP4MoE.from_linears([ex.gate_proj for ex in experts], [ex.up_proj for ex in experts],
                                 [ex.down_proj for ex in experts], cfg.num_experts_per_tok, norm_topk_prob=True)
     for e, ex in enumerate(experts):
-        assert torch.equal(moe.w13_weight[e], torch.cat([ex.gate_proj.weight, ex.up_proj.weight]))
+        assert torch.equal(moe.weight_codes("w13_weight")[e], torch.cat([ex.gate_proj.weight, ex.up_proj.weight]))
         assert torch.equal(moe.w2_weight_scale[e].view(torch.uint8), ex.down_proj.weight_scale.view(torch.uint8))
         assert torch.equal(moe.w13_input_scale[e], ex.up_proj.input_scale)
     x = (torch.randn(20, H, generator=gen) * 3).bfloat16()
