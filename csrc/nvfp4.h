@@ -162,6 +162,7 @@ typedef struct nvfp4_moe_sort {
   const void *ids;               /* pairs ids, contiguous                    */
   int32_t ids64;                 /* int64 ids (else int32)                   */
   int32_t *token_of_row, *expert_of_row, *row_of_pair, *offs;
+  int32_t *scratch; /* CUDA: nvfp4_moe_sort_scratch(pairs, experts) ints (may be NULL where that is 0) */
 } nvfp4_moe_sort;
 
 /* Combine: out[t, h] = sum over j of weights[t, j] * y[row_of_pair[p], h],
@@ -273,9 +274,11 @@ int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, const nvfp4_mat
 /* Quantization on `stream` (any x_type), no host synchronisation. */
 nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);
 
-/* The sort (one warp, csrc/cuda/moe.cu) and the combine on `stream`, no
+/* The sort, the combine and the routing on `stream` (csrc/cuda/moe.cu), no
  * host synchronisation. */
 nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_t stream);
+/* The scratch ints the CUDA sort of `pairs` pairs over `experts` needs (0: none). */
+int64_t nvfp4_moe_sort_scratch(int64_t pairs, int64_t experts);
 nvfp4_status nvfp4_moe_combine_cuda(const nvfp4_moe_combine *c, cudaStream_t stream);
 nvfp4_status nvfp4_moe_route_cuda(const nvfp4_moe_route *r, cudaStream_t stream);
 

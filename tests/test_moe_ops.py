@@ -117,7 +117,8 @@ def expected_sort(ids, e):
 
 
 @pytest.mark.parametrize("t,k,e", [(1, 1, 1), (1, 8, 256), (5, 3, 8), (33, 2, 7), (1000, 8, 300), (0, 4, 16),
-                                   (700, 6, 8192), (64, 1, 3), (4096, 8, 256), (2001, 8, 384), (9, 8, 1500)])
+                                   (700, 6, 8192), (64, 1, 3), (4096, 8, 256), (2001, 8, 384), (9, 8, 1500),
+                                   (1024, 8, 40), (9000, 8, 40), (32768, 8, 128), (1100, 8, 1400)])
 @pytest.mark.parametrize("ids_dtype", [torch.int64, torch.int32])
 def test_moe_sort_matches_stable_sort(device, gen, t, k, e, ids_dtype):
     """Random ids (a few experts crowded, many empty where e is large), rows in expert order and pair
@@ -184,6 +185,53 @@ def test_moe_ids_outside_the_experts(device):
     y = torch.arange(6 * 8, dtype=torch.float32, device=device).view(6, 8)
     out = nk.moe_combine(y, row_of_pair.to(device), torch.ones(3, 2, device=device))
     assert torch.equal(out.cpu(), torch.stack([y[0], y[2], y[1] + y[3]]).cpu())
+
+
+@pytest.mark.parametrize("t,k,e", [(7, 2, 5), (2048, 8, 64)])
+def test_moe_sort_ids_outside_many_pairs(device, gen, t, k, e):
+    """Ids outside [0, e) among many pairs (from 8192 the CUDA sort runs several CTAs): the others
+    sorted stably, those pairs without a row, the rows past offs[-1] token 0 and expert 0."""
+    ids = torch.randint(0, e, (t, k), generator=gen)
+    bad = torch.rand(t, k, generator=gen) < 0.1
+    ids[bad] = torch.where(torch.rand(t, k, generator=gen) < 0.5, -1, e)[bad]
+    if device == "cpu":
+        with pytest.raises(ValueError, match=r"ids must lie in \[0, num_experts"):
+            nk.moe_sort(ids, e)
+        return
+    token_of_row, expert_of_row, row_of_pair, offs = (v.cpu().long() for v in nk.moe_sort(ids.to(device), e))
+    flat = ids.reshape(-1)
+    ok = (flat >= 0) & (flat < e)
+    pairs = torch.arange(flat.numel())[ok]
+    order = pairs[torch.argsort(flat[ok], stable=True)]
+    rows = order.numel()
+    assert torch.equal(offs, torch.bincount(flat[ok], minlength=e).cumsum(0))
+    assert torch.equal(token_of_row[:rows], order // k) and torch.equal(expert_of_row[:rows], flat[order])
+    assert not token_of_row[rows:].any() and not expert_of_row[rows:].any()
+    want = torch.full((flat.numel(),), -1, dtype=torch.long)
+    want[order] = torch.arange(rows)
+    assert torch.equal(row_of_pair.reshape(-1), want)
+
+
+@needs_cuda
+def test_moe_sort_graph_many_pairs(gen):
+    """32768 pairs (the several-CTA sort, its scratch from the graph's pool) captured once, replayed
+    with new ids: each replay's outputs are those of the stable sort."""
+    ids = torch.randint(0, 256, (4096, 8), generator=gen).cuda()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        nk.moe_sort(ids, 256)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = nk.moe_sort(ids, 256)
+    for hot in (256, 16, 1):  # uniform, crowded, one expert
+        ids.copy_(torch.randint(0, hot, (4096, 8), generator=gen).cuda() * (256 // hot))
+        graph.replay()
+        torch.cuda.synchronize()
+        for name, got, want in zip(("token_of_row", "expert_of_row", "row_of_pair", "offs"), outs,
+                                   expected_sort(ids.cpu(), 256)):
+            assert torch.equal(got.cpu().long(), want), (hot, name)
 
 
 def test_moe_ops_bad_arguments(device):

@@ -3,16 +3,19 @@
  * their weighted sum back, on the GPU (nvfp4.h: nvfp4_moe_sort,
  * nvfp4_moe_combine; csrc/cpu/moe.c is the same on the CPU).
  *
- * Sort, one CTA: the pairs in up to 32 consecutive chunks, a warp each (one
- * warp for a decode step's 8-64 pairs; 32768 pairs, 4096 tokens x 8, as 32
- * chunks of 1024), counts per (chunk, expert) by shared-memory atomics, one
- * exclusive scan in (expert, chunk) order (each thread a run of experts,
+ * Sort: the pairs in consecutive chunks, a warp each (one warp for a decode
+ * step's 8-64 pairs), counts per (chunk, expert) by shared-memory atomics,
+ * one exclusive scan in (expert, chunk) order (each thread a run of experts,
  * shuffle scans), then each warp its chunk's pairs in order, 32 at a time
- * (the ids of 8 such steps loaded at once):
- * lanes of one expert find each other (match.any), take rows next + their
- * rank among them, and the lowest moves the chunk's next row of the expert
- * on, so rows keep pair order within an expert. One launch instead of the
- * sort, gather, conversion and search of a torch sequence.
+ * (the ids of 8 such steps loaded at once): lanes of one expert find each
+ * other (match.any), take rows next + their rank among them, and the lowest
+ * moves the chunk's next row of the expert on, so rows keep pair order within
+ * an expert. Up to 8191 pairs one CTA of up to 32 chunks, one launch instead
+ * of the sort, gather, conversion and search of a torch sequence; from 8192
+ * (a prefill: 4096 tokens x 8 = 32768 pairs as 8 CTAs of 32 chunks of 128)
+ * two launches: the CTAs' counts to a scratch table, then each CTA scans the
+ * whole table for its chunks' cursors and places its pairs (one SM's
+ * scattered stores had taken 88 us for 32768 pairs on an H200).
  *
  * Route: a warp per token ranks its experts (softmax or DeepSeek's grouped
  * sigmoid), top_k rounds of a search and a warp-wide first; one launch for
@@ -31,50 +34,95 @@
 
 namespace {
 
-/* The sort's warps: one a chunk of >= 64 pairs, at most 32, and as many as
- * the chunks' cursors (warps x experts ints) leave in 48 KB of shared memory
- * beside the kernel's own (144 bytes). A lane reads SORT_IDS ids at once. */
+/* The sort's warps: one a chunk of >= 64 pairs, at most 32 a CTA, and as
+ * many as the chunks' cursors (warps x experts ints) leave in 48 KB of shared
+ * memory beside the kernel's own (144 bytes). A lane reads SORT_IDS ids at
+ * once. From SORT_SPLIT_PAIRS pairs, CTAs of chunks of >= SORT_SPLIT_CHUNK
+ * pairs, at most SORT_MAX_CTAS. */
 constexpr int SORT_MAX_WARPS = 32, SORT_CURSORS = 12000, SORT_IDS = 8;
+constexpr int64_t SORT_SPLIT_PAIRS = 8192, SORT_SPLIT_CHUNK = 128, SORT_MAX_CTAS = 64;
 
 int sort_warps(int64_t pairs, int64_t experts) {
   const int64_t w = std::min<int64_t>({SORT_MAX_WARPS, (pairs + 63) / 64, SORT_CURSORS / experts});
   return w > 1 ? (int)w : 1;
 }
 
-/* warps = blockDim.x / 32 chunks of `chunk` pairs, warp c on chunk c. */
-__global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvfp4_moe_sort s, int chunk) {
-  extern __shared__ int cur[]; /* [chunk][expert]: the chunk's count, then the expert's next row in it */
-  __shared__ int warp_sum[SORT_MAX_WARPS], rows_total;
-  pdl_wait();
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
-  const int experts = (int)s.experts, pairs = (int)s.pairs, top_k = (int)s.top_k;
-  auto id = [&](int64_t p) -> int64_t {
-    return s.ids64 ? static_cast<const int64_t *>(s.ids)[p] : static_cast<const int32_t *>(s.ids)[p];
-  };
-  for (int i = tid; i < warps * experts; i += blockDim.x) cur[i] = 0;
-  __syncthreads();
-  int *const mine = cur + warp * experts;
-  /* pair indices in 64 bits: a chunk's last steps may pass 2^31 - 1 */
-  const int64_t p0 = std::min<int64_t>(pairs, (int64_t)warp * chunk), p1 = std::min<int64_t>(pairs, p0 + chunk);
-  /* ids of pairs base + 32 i + lane, i < SORT_IDS (-1 past the chunk), loaded before any is used */
-  auto ids_at = [&](int64_t base, int64_t(&e)[SORT_IDS]) {
-#pragma unroll
-    for (int i = 0; i < SORT_IDS; i++) e[i] = base + 32 * i + lane < p1 ? id(base + 32 * i + lane) : -1;
-  };
-  for (int64_t base = p0; base < p1; base += 32 * SORT_IDS) {
-    int64_t e[SORT_IDS];
-    ids_at(base, e);
-#pragma unroll
-    for (int i = 0; i < SORT_IDS; i++)
-      if (e[i] >= 0 && e[i] < experts) atomicAdd(&mine[e[i]], 1);
+int sort_ctas(int64_t pairs, int warps) {
+  if (pairs < SORT_SPLIT_PAIRS || warps < 8) return 1; /* few warps: many experts, whose scan would cost more */
+  return (int)std::min<int64_t>(SORT_MAX_CTAS, (pairs + warps * SORT_SPLIT_CHUNK - 1) / (warps * SORT_SPLIT_CHUNK));
+}
+
+/* The chunks' layout: `chunks` of `chunk` pairs, this CTA's warps on chunks
+ * first .. first + warps - 1; pair indices in 64 bits (a chunk's last steps
+ * may pass 2^31 - 1). */
+struct SortPart {
+  int64_t p0, p1; /* the warp's pairs */
+  int lane;
+  __device__ SortPart(const nvfp4_moe_sort &s, int chunk_index, int chunk, int lane_) : lane(lane_) {
+    p0 = std::min<int64_t>(s.pairs, (int64_t)chunk_index * chunk), p1 = std::min<int64_t>(s.pairs, p0 + chunk);
   }
-  __syncthreads();
-  /* (expert, chunk) in that order, exclusive scan: thread t holds experts [t run, (t + 1) run) */
+  __device__ int64_t id(const nvfp4_moe_sort &s, int64_t p) const {
+    return s.ids64 ? static_cast<const int64_t *>(s.ids)[p] : static_cast<const int32_t *>(s.ids)[p];
+  }
+  /* ids of pairs base + 32 i + lane, i < SORT_IDS (-1 past the chunk), loaded before any is used */
+  __device__ void ids_at(const nvfp4_moe_sort &s, int64_t base, int64_t (&e)[SORT_IDS]) const {
+#pragma unroll
+    for (int i = 0; i < SORT_IDS; i++) e[i] = base + 32 * i + lane < p1 ? id(s, base + 32 * i + lane) : -1;
+  }
+  /* mine[e] += the chunk's pairs of expert e (shared-memory atomics) */
+  __device__ void count(const nvfp4_moe_sort &s, int *mine) const {
+    for (int64_t base = p0; base < p1; base += 32 * SORT_IDS) {
+      int64_t e[SORT_IDS];
+      ids_at(s, base, e);
+#pragma unroll
+      for (int i = 0; i < SORT_IDS; i++)
+        if (e[i] >= 0 && e[i] < s.experts) atomicAdd(&mine[e[i]], 1);
+    }
+  }
+  /* the chunk's pairs in order, 32 at a time, mine[e] = the chunk's next row of
+   * expert e: lanes of one expert find each other, take rows next + their rank
+   * among them; the lowest moves it on */
+  __device__ void place(const nvfp4_moe_sort &s, int *mine) const {
+    const int experts = (int)s.experts;
+    for (int64_t base = p0; base < p1; base += 32 * SORT_IDS) {
+      int64_t ev[SORT_IDS];
+      ids_at(s, base, ev);
+#pragma unroll
+      for (int i = 0; i < SORT_IDS; i++) {
+        const int64_t p = base + 32 * i + lane;
+        const bool ok = ev[i] >= 0 && ev[i] < experts;
+        const int e = ok ? (int)ev[i] : experts + lane; /* lanes without an expert match nobody */
+        const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
+        const int start = ok ? mine[e] : 0;
+        __syncwarp();
+        if (ok && lane == __ffs(peers) - 1) mine[e] = start + __popc(peers);
+        __syncwarp();
+        if (ok) {
+          const int r = start + __popc(peers & ((1u << lane) - 1u));
+          s.token_of_row[r] = (int32_t)(p / s.top_k);
+          s.expert_of_row[r] = e;
+          s.row_of_pair[p] = r;
+        } else if (p < p1) {
+          s.row_of_pair[p] = -1;
+        }
+      }
+    }
+  }
+};
+
+/* The (expert, chunk) exclusive scan, chunks 0 .. chunks - 1 with counts
+ * count(c, e): cur[w * experts + e] = the first row of expert e in chunk first
+ * + w, for this CTA's warps w; offs written where `offs`; returns the rows in
+ * all. Thread t holds experts [t run, (t + 1) run); every thread calls. */
+template <class Count>
+__device__ int sort_scan(const nvfp4_moe_sort &s, Count count, int chunks, int first, int warps, int *cur, bool offs) {
+  __shared__ int warp_sum[SORT_MAX_WARPS], rows_total;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, experts = (int)s.experts;
   const int run = (experts + (int)blockDim.x - 1) / (int)blockDim.x, lo = std::min(experts, tid * run),
             hi = std::min(experts, lo + run);
   int total = 0;
   for (int e = lo; e < hi; e++)
-    for (int c = 0; c < warps; c++) total += cur[c * experts + e];
+    for (int c = 0; c < chunks; c++) total += count(c, e);
   int incl = total;
 #pragma unroll
   for (int d = 1; d < 32; d *= 2) {
@@ -97,40 +145,65 @@ __global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvf
   __syncthreads();
   int next = warp_sum[warp] + incl - total;
   for (int e = lo; e < hi; e++) {
-    for (int c = 0; c < warps; c++) {
-      const int n = cur[c * experts + e];
-      cur[c * experts + e] = next;
+    for (int c = 0; c < chunks; c++) {
+      const int n = count(c, e); /* read before cur, which may be where it is */
+      if (c >= first && c < first + warps) cur[(c - first) * experts + e] = next;
       next += n;
     }
-    s.offs[e] = next;
+    if (offs) s.offs[e] = next;
   }
   __syncthreads();
-  /* the chunk's pairs in order, 32 at a time: lanes of one expert find each
-   * other, take rows next + their rank among them; the lowest moves it on */
-  for (int64_t base = p0; base < p1; base += 32 * SORT_IDS) {
-    int64_t ev[SORT_IDS];
-    ids_at(base, ev);
-#pragma unroll
-    for (int i = 0; i < SORT_IDS; i++) {
-      const int64_t p = base + 32 * i + lane;
-      const bool ok = ev[i] >= 0 && ev[i] < experts;
-      const int e = ok ? (int)ev[i] : experts + lane; /* lanes without an expert match nobody */
-      const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
-      const int start = ok ? mine[e] : 0;
-      __syncwarp();
-      if (ok && lane == __ffs(peers) - 1) mine[e] = start + __popc(peers);
-      __syncwarp();
-      if (ok) {
-        const int r = start + __popc(peers & ((1u << lane) - 1u));
-        s.token_of_row[r] = (int32_t)(p / top_k);
-        s.expert_of_row[r] = e;
-        s.row_of_pair[p] = r;
-      } else if (p < p1) {
-        s.row_of_pair[p] = -1;
-      }
-    }
-  }
-  for (int64_t r = rows_total + tid; r < pairs; r += blockDim.x) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
+  return rows_total;
+}
+
+/* Rows past the pairs' (ids outside [0, experts)): token 0, expert 0. */
+__device__ void sort_fill(const nvfp4_moe_sort &s, int rows, int64_t i, int64_t stride) {
+  for (int64_t r = rows + i; r < s.pairs; r += stride) s.token_of_row[r] = 0, s.expert_of_row[r] = 0;
+}
+
+/* One CTA: warps = blockDim.x / 32 chunks of `chunk` pairs, warp c on chunk c. */
+__global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_kernel(const nvfp4_moe_sort s, int chunk) {
+  extern __shared__ int cur[]; /* [chunk][expert]: the chunk's count, then the expert's next row in it */
+  pdl_wait();
+  const int tid = threadIdx.x, warp = tid / 32, warps = blockDim.x / 32, experts = (int)s.experts;
+  for (int i = tid; i < warps * experts; i += blockDim.x) cur[i] = 0;
+  __syncthreads();
+  const SortPart part(s, warp, chunk, tid % 32);
+  part.count(s, cur + warp * experts);
+  __syncthreads();
+  const int rows = sort_scan(s, [&](int c, int e) { return cur[c * experts + e]; }, warps, 0, warps, cur, true);
+  part.place(s, cur + warp * experts);
+  sort_fill(s, rows, tid, blockDim.x);
+  pdl_launch_dependents();
+}
+
+/* Several CTAs, two launches. First the counts of chunk blockIdx.x * warps +
+ * w into scratch [chunks][experts]; */
+__global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_count_kernel(const nvfp4_moe_sort s, int chunk) {
+  extern __shared__ int cur[];
+  pdl_wait();
+  const int tid = threadIdx.x, warp = tid / 32, warps = blockDim.x / 32, experts = (int)s.experts;
+  for (int i = tid; i < warps * experts; i += blockDim.x) cur[i] = 0;
+  __syncthreads();
+  SortPart(s, (int)blockIdx.x * warps + warp, chunk, tid % 32).count(s, cur + warp * experts);
+  __syncthreads();
+  pdl_launch_dependents(); /* the placing launch waits for this grid's end in its pdl_wait */
+  int *const out = s.scratch + (int64_t)blockIdx.x * warps * experts;
+  for (int i = tid; i < warps * experts; i += blockDim.x) out[i] = cur[i];
+}
+
+/* then each CTA scans them all for its chunks' cursors and places its pairs
+ * (every CTA reads the whole table: chunks x experts ints from L2). */
+__global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_place_kernel(const nvfp4_moe_sort s, int chunk) {
+  extern __shared__ int cur[];
+  pdl_wait();
+  const int tid = threadIdx.x, warp = tid / 32, warps = blockDim.x / 32, experts = (int)s.experts;
+  const int chunks = (int)gridDim.x * warps, first = (int)blockIdx.x * warps;
+  const int *const counts = s.scratch;
+  const int rows = sort_scan(s, [&](int c, int e) { return counts[(int64_t)c * experts + e]; }, chunks, first, warps,
+                             cur, blockIdx.x == 0);
+  SortPart(s, first + warp, chunk, tid % 32).place(s, cur + warp * experts);
+  sort_fill(s, rows, (int64_t)blockIdx.x * blockDim.x + tid, (int64_t)gridDim.x * blockDim.x);
   pdl_launch_dependents();
 }
 
@@ -305,10 +378,24 @@ extern "C" nvfp4_status nvfp4_moe_sort_cuda(const nvfp4_moe_sort *s, cudaStream_
   if (s->pairs < 0 || s->pairs > INT32_MAX || s->top_k <= 0 || s->pairs % s->top_k || s->experts <= 0 ||
       s->experts > NVFP4_MOE_MAX_EXPERTS)
     return NVFP4_ERR_INVALID;
-  const int warps = sort_warps(s->pairs, s->experts), chunk = (int)((s->pairs + warps - 1) / warps);
-  const cudaError_t e =
-      launch_pdl(moe_sort_kernel, 1u, 32 * warps, (int)(warps * s->experts * sizeof(int)), stream, *s, chunk);
+  const int warps = sort_warps(s->pairs, s->experts), ctas = sort_ctas(s->pairs, warps);
+  const int chunk = (int)((s->pairs + (int64_t)warps * ctas - 1) / ((int64_t)warps * ctas));
+  const int smem = (int)(warps * s->experts * sizeof(int));
+  cudaError_t e;
+  if (ctas == 1) {
+    e = launch_pdl(moe_sort_kernel, 1u, 32 * warps, smem, stream, *s, chunk);
+  } else {
+    if (!s->scratch) return NVFP4_ERR_INVALID;
+    e = launch_pdl(moe_sort_count_kernel, (unsigned)ctas, 32 * warps, smem, stream, *s, chunk);
+    if (e == cudaSuccess) e = launch_pdl(moe_sort_place_kernel, (unsigned)ctas, 32 * warps, smem, stream, *s, chunk);
+  }
   return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}
+
+extern "C" int64_t nvfp4_moe_sort_scratch(int64_t pairs, int64_t experts) {
+  if (pairs <= 0 || experts <= 0 || experts > NVFP4_MOE_MAX_EXPERTS) return 0;
+  const int warps = sort_warps(pairs, experts), ctas = sort_ctas(pairs, warps);
+  return ctas > 1 ? (int64_t)ctas * warps * experts : 0;
 }
 
 extern "C" nvfp4_status nvfp4_moe_route_cuda(const nvfp4_moe_route *r, cudaStream_t stream) {
