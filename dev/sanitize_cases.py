@@ -232,9 +232,10 @@ def main(only):
             rows = sum(sizes)
             bad += not close(got[:rows], want[:rows])
     if section("moe ops"):
-        # the sort's one warp (shared-memory counts, match.any ranks; ids outside the experts), the
-        # combine's 16-byte and element paths and the routing, against the CPU's results
-        for t, k, e in [(1, 8, 256), (37, 6, 8192), (1000, 8, 3), (5, 2, 1)]:
+        # the sort's one CTA (shared-memory counts, match.any ranks; ids outside the experts) and, from 8192
+        # pairs, its several CTAs (the counts' scratch table, each CTA's scan of it), the combine's 16-byte and
+        # element paths and the routing, against the CPU's results
+        for t, k, e in [(1, 8, 256), (37, 6, 8192), (1000, 8, 3), (5, 2, 1), (2100, 8, 40), (1100, 8, 300)]:
             ids = torch.randint(-1, e + 1, (t, k), generator=gen)
             ok = (ids >= 0) & (ids < e)
             got = nk.moe_sort(ids.to(dev), e)

@@ -599,7 +599,11 @@ class NVFP4MoE(_NVFP4Module):
         quantized by one kernel (ops.quantized_values); w4a16: the rows. Device ops only (a CUDA graph
         captures them)."""
         if self.mode == "w4a16":
-            return x if token_of_row is None else x.index_select(0, token_of_row)
+            if token_of_row is None:
+                return x
+            if x.shape[0] == 1 and x.stride(1) == 1:  # one token: its row for every pair, a view (no gather launch)
+                return x.expand(token_of_row.shape[0], -1)
+            return x.index_select(0, token_of_row)
         return ops.quantized_values(x, global_scale=global_scale, row_index=token_of_row, scale_index=expert_of_row)
 
     def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None,
