@@ -1316,9 +1316,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> moe_sort(const Tensor &ids, int64_t n
   }
 #ifdef NVFP4_WITH_CUDA
   c10::cuda::CUDAGuard guard(ids.device());
+  /* several CTAs' counts (a prefill's pairs), from the caching allocator: no sync, capturable; none at decode */
   const int64_t scratch_ints = nvfp4_moe_sort_scratch(s.pairs, num_experts);
-  const Tensor scratch = at::empty({scratch_ints}, i32); /* the caching allocator's: no sync, capturable */
-  s.scratch = scratch_ints ? scratch.mutable_data_ptr<int32_t>() : nullptr;
+  Tensor scratch;
+  if (scratch_ints) {
+    scratch = at::empty({scratch_ints}, i32);
+    s.scratch = scratch.mutable_data_ptr<int32_t>();
+  }
   st = nvfp4_moe_sort_cuda(&s, c10::cuda::getCurrentCUDAStream(ids.device().index()).stream());
 #endif
   TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
