@@ -64,8 +64,9 @@
  * epilogue takes back with alpha (tc_unscale). Where pre-decoded (PRE), the
  * pre-pass permutes them the same way. Rows grouped by
  * expert (an MoE's, offs): one CTA per tile of a bound on the (expert, 128
- * rows) tiles (expert_tile, common.cuh), found once into shared memory; split
- * 1, no stream-K; the spare tiles return at once.
+ * rows) tiles (expert_tile, common.cuh), found once into shared memory, the
+ * column tiles of one row tile side by side (expert_row_tile); split 1, no
+ * stream-K; the spare tiles return at once.
  *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
@@ -438,6 +439,19 @@ __device__ __forceinline__ void store_share(const nvfp4_matmul &p, int l, const 
 }
 #endif
 
+/* Rows by expert: tile i of the launch is column tile i % tiles_n of row tile
+ * i / tiles_n, so the CTAs that run side by side share an expert's row tile
+ * (its activations read from DRAM about once, then from L2) and sweep its
+ * weights, which the expert's next row tile finds in L2. With the row tiles
+ * fastest (the dense problems' order) each wave read every expert's rows
+ * again per column tile: an MoE's activations are far beyond L2 (DeepSeek-V3,
+ * T = 4096: 470 MB read 16 times for the gate/up). */
+template <bool DUAL>
+__device__ __forceinline__ int64_t expert_row_tile(const nvfp4_matmul &p, int64_t tile) {
+  constexpr int OUT_COLS = DUAL ? TILE_R / 2 : TILE_R;
+  return tile / ((p.n + OUT_COLS - 1) / OUT_COLS);
+}
+
 /* how a consumer's K step meets its wgmma (the consumers' K loop) */
 enum Overlap : int { SERIAL, HALVES, SETS };
 
@@ -518,7 +532,9 @@ __global__ void __launch_bounds__(THREADS, 1)
               tiles_n = (int)((q.n + OUT_COLS - 1) / OUT_COLS);
     const int tile32 = (int)tile, in_batch = tile32 % (tiles_m * tiles_n);
     l = by_expert ? (int)expert[0] : tile32 / (tiles_m * tiles_n);
-    n0 = (int64_t)(in_batch / tiles_m) * OUT_COLS, m0 = by_expert ? expert[1] : (int64_t)(in_batch % tiles_m) * TM;
+    /* rows by expert: the column tiles of one row tile side by side (expert_row_tile) */
+    n0 = (int64_t)(by_expert ? tile32 % tiles_n : in_batch / tiles_m) * OUT_COLS;
+    m0 = by_expert ? expert[1] : (int64_t)(in_batch % tiles_m) * TM;
     return true;
   };
   /* the row after the tile's last: M, or (W4A16 rows grouped by expert) the expert's end */
@@ -550,7 +566,7 @@ __global__ void __launch_bounds__(THREADS, 1)
    * plan's): the tile's expert and rows, found once (expert_tile) */
   if constexpr (AT != NVFP4_E2M1) {
     if (t.p[0].offs) {
-      expert_tile<TM>(t.p[0], tile % expert_row_tiles(t.p[0], TM), expert);
+      expert_tile<TM>(t.p[0], expert_row_tile<DUAL>(t.p[0], tile), expert);
       if (expert[0] < 0) return; /* past the last expert's rows: the bound's spare tiles */
     }
   }
