@@ -17,7 +17,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
 from helpers import (FORCED, gemm_problem, gemv_problem, is_gemv, launched, layouts_for, mma_rule, mma_share_steps,
-                     poisoned, ref_gemm, ref_gemv, skinny_expected)
+                     poisoned, ref_gemm, ref_gemv, skinny_expected, w4a16_slack)
 from nvfp4_kernels import reference
 
 IS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -679,3 +679,31 @@ def test_multi_wave_group(gen):
                                       [a.sf for a, _ in probs], [b.sf for _, b in probs], outs=outs))
     for g, ((a, b), out) in enumerate(zip(probs, outs)):
         assert_matches(out, ref_gemm(a, b), f"group_gemm group {g} of {sizes} on cuda")
+
+
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("op,L,n,x_dtype", [("gemm", 2, 1100, None), ("dual", None, 550, None),
+                                              ("gemm", None, 1100, torch.bfloat16)])
+def test_row_tile_bands(gen, op, L, n, x_dtype):
+    """37 row tiles (M = 4686: the last of 78 rows) x 5 column tiles (the last
+    partly past N), K too short for split-K: from 32 row tiles a launch runs in
+    bands of 8 row tiles (matmul_sm90.cu, Dense tile order), the last band of
+    5. Every output written, once, right: codes, a batch of 2, the dual, and
+    bf16 activations (W4A16)."""
+    m, k = 4686, 128
+    a, b1 = gemm_problem(L, m, n, k, gen, "cuda", layouts_for(m, n, k))
+    b2 = random_operand(L, n, k, gen=gen, device="cuda", layout="linear") if op == "dual" else None
+    out = poisoned(((L,) if L else ()) + (m, n), "cuda")
+    slack = None
+    if x_dtype is None:
+        call, ref = gemm_or_dual(op, a, b1, b2, out)
+    else:
+        x = (torch.randn(m, k, generator=gen) * 4).to(x_dtype).to("cuda")
+        call = lambda: nk.gemm_w4a16(x, b1.data, b1.sf, out=out)  # noqa: E731
+        ref = reference.gemm_w4a16(x, b1.data, b1.sf, out_dtype=torch.float16)
+        slack = w4a16_slack(x, b1.data, b1.sf)
+    if not FORCED:
+        grids = [g for name, g in launched_grids(call) if "matmul_sm90_kernel" in name]
+        assert grids == [(37 * 5 * (L or 1), 1, 1)], grids  # whole tiles, split 1
+    call()
+    assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} x {x_dtype} on cuda", slack=slack)
