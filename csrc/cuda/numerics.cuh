@@ -245,6 +245,32 @@ __device__ __forceinline__ void nvfp4_e2m1x8_pairs_to_bf162x4(uint32_t w, uint32
   h[2] = nvfp4_mul_bf16x2(__funnelshift_l(w, w, 13) & BITS, s2);
   h[3] = nvfp4_mul_bf16x2(((w & 0x001B001Bu) * 0x1084u) & BITS, s2);
 }
+/* ---- a block's values in natural order (quantized values, nvfp4.h) -----
+ * 8 codes of w and their block's scale -> 4 words of 16-bit values,
+ * v[j] = {code 2j, code 2j + 1} x scale, exactly nvfp4_dequantize_block's
+ * (at most 6 significant bits, 2^-10 .. 2688; a NaN scale makes every value
+ * NaN). bf16: nvfp4_bf16_pair's bits (value x 2^-126) times 2^126, then times
+ * s2 = {scale, scale}; fp16 (NVFP4_TC_BITS 0, sm_89+): the decoder above
+ * with s2 = {scale x 2^6} (value x 2^-6 x that). A prmt a pair to the natural
+ * order: ~3 instructions a value against ~12 through floats. */
+__device__ __forceinline__ void nvfp4_values_bf16x8(uint32_t w, uint32_t s2, uint32_t (&v)[4]) {
+  constexpr uint32_t P126 = 0x7E807E80u; /* bf16 2^126, twice */
+  const uint32_t p0 = nvfp4_bf16_pair<0>(w), p1 = nvfp4_bf16_pair<1>(w), p2 = nvfp4_bf16_pair<2>(w),
+                 p3 = nvfp4_bf16_pair<3>(w); /* {code i, code i + 4} */
+  v[0] = prmt(p0, p1, 0x5410u), v[1] = prmt(p2, p3, 0x5410u), v[2] = prmt(p0, p1, 0x7632u),
+  v[3] = prmt(p2, p3, 0x7632u);
+#pragma unroll
+  for (int j = 0; j < 4; j++) v[j] = nvfp4_mul_bf16x2(nvfp4_mul_bf16x2(v[j], P126), s2);
+}
+#if !NVFP4_TC_BITS
+__device__ __forceinline__ void nvfp4_values_f16x8(uint32_t w, uint32_t s2, uint32_t (&v)[4]) {
+  uint32_t h[4]; /* {code 0, 2}, {4, 6}, {1, 3}, {5, 7} */
+  nvfp4_e2m1x8_to_half2x4(w, s2, h);
+  v[0] = prmt(h[0], h[2], 0x5410u), v[1] = prmt(h[0], h[2], 0x7632u), v[2] = prmt(h[1], h[3], 0x5410u),
+  v[3] = prmt(h[1], h[3], 0x7632u);
+}
+#endif
+
 /* Two e4m3 scale bytes -> bf16x2 {s0 * 2^119, s1 * 2^119}, exact, NaN kept. */
 __device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_bf162_x2p119(uint32_t two_bytes) {
   const float2 f = nvfp4_e4m3x2_to_float2(two_bytes);

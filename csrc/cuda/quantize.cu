@@ -72,9 +72,34 @@ __device__ __forceinline__ void load16(const T *p, float (&x)[16]) {
 }
 
 /* A block's quantized values (nvfp4.h: code value x scale, exact in T) at p;
- * VEC: p is 16-byte aligned. */
+ * VEC: p is 16-byte aligned. 16-bit values on sm_89+ from the codes' words
+ * (numerics.cuh, nvfp4_values_bf16x8: a quarter of the float path's
+ * instructions), else through floats. */
 template <typename T, bool VEC>
 __device__ __forceinline__ void store_values(T *p, const uint8_t (&codes)[8], uint32_t sf) {
+#if !NVFP4_TC_BITS
+  if constexpr (VEC && !std::is_same_v<T, float>) {
+    uint32_t w[2], v[8];
+    memcpy(w, codes, 8);
+    const float s = nvfp4_e4m3x2_to_float2(sf).x;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const __nv_bfloat162 b = __float2bfloat162_rn(s);
+      uint32_t s2;
+      memcpy(&s2, &b, 4);
+      nvfp4_values_bf16x8(w[0], s2, *reinterpret_cast<uint32_t(*)[4]>(v));
+      nvfp4_values_bf16x8(w[1], s2, *reinterpret_cast<uint32_t(*)[4]>(v + 4));
+    } else {
+      const __half2 h = __float2half2_rn(s * NVFP4_TC_UNSCALE_F16);
+      uint32_t s2;
+      memcpy(&s2, &h, 4);
+      nvfp4_values_f16x8(w[0], s2, *reinterpret_cast<uint32_t(*)[4]>(v));
+      nvfp4_values_f16x8(w[1], s2, *reinterpret_cast<uint32_t(*)[4]>(v + 4));
+    }
+    reinterpret_cast<uint4 *>(p)[0] = make_uint4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<uint4 *>(p)[1] = make_uint4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+#endif
   float f[16];
   nvfp4_dequantize_block(codes, sf, f);
   T v[16];
