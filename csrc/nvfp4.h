@@ -87,6 +87,8 @@ typedef struct nvfp4_matmul {
   int32_t c_type;             /* NVFP4_F16 or NVFP4_BF16                        */
   int32_t bias_type;          /* NVFP4_F32, NVFP4_F16 or NVFP4_BF16             */
   const int32_t *offs;        /* NULL, or rows grouped by expert (below)        */
+  const int32_t *a_index;     /* NULL, or (by expert) row r of A is a_index[r]  */
+  int64_t a_rows;             /* with a_index: A's rows                         */
 } nvfp4_matmul;
 
 /* Rows grouped by expert (a mixture of experts; offs != NULL): batch = E
@@ -96,7 +98,11 @@ typedef struct nvfp4_matmul {
  * expert. offs: batch int32 in the kernel's memory, the experts' cumulative
  * row ends, non-decreasing, at most m (a CUDA kernel cannot check: an entry
  * below its predecessor counts as an empty group, and rows end at m); rows
- * past offs[batch - 1] are not written. Not with a bias. */
+ * past offs[batch - 1] are not written. Not with a bias. a_index (16-bit A
+ * only; NULL: row r is A's row r): m int32 in the kernel's memory, row r of
+ * the problem is A's row a_index[r] (the rows of a mixture of experts' token
+ * pairs, read where they are instead of gathered first); an index outside
+ * [0, a_rows) reads as zeros (a CUDA kernel cannot report it). */
 
 /* Quantization to NVFP4 (nvfp4_quantize_block in numerics.h, per 16 values):
  * x (rows x k float32 / float16 / bfloat16 values in batches, k contiguous,
@@ -270,6 +276,18 @@ nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4
  * values run faster on the current device (csrc/cuda/plan.cu says where);
  * 0: the codes. */
 int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, const nvfp4_matmul *codes);
+
+/* Rows by token (a_index) where the planned kernel would not read them in
+ * place (csrc/cuda/plan.cu): 1, the caller gathers them first
+ * (nvfp4_gather_rows_cuda) and passes the problem without a_index; 0: as
+ * they are. */
+int nvfp4_matmul_cuda_gathers_rows(const nvfp4_matmul *p);
+/* out row r (row_bytes, rows out_stride bytes apart) = x's row index[r]
+ * (x_rows rows, x_stride bytes apart), zeros where index[r] is outside
+ * [0, x_rows); r < rows. On `stream`, no host synchronisation. */
+nvfp4_status nvfp4_gather_rows_cuda(const void *x, int64_t x_rows, int64_t x_stride, int64_t row_bytes,
+                                    const int32_t *index, int64_t rows, void *out, int64_t out_stride,
+                                    cudaStream_t stream);
 
 /* Quantization on `stream` (any x_type), no host synchronisation. */
 nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_t stream);

@@ -697,8 +697,8 @@ void dual_gemm_w4a4_out(const Tensor &x, const Tensor &b1, const Tensor &b2, con
   w4a16_out("nvfp4.dual_gemm_w4a4", x, b1, &b2, sfb1, &sfb2, {alpha1, alpha2, NONE}, out, &global_scale);
 }
 
-/* NVFP4_CHECK_OFFS=1 (debugging): grouped_mm reads a GPU's offs back to check them, except while the device's
- * current stream is being captured (a copy there would break the capture). */
+/* NVFP4_CHECK_OFFS=1 (debugging): grouped_mm reads a GPU's offs (and row_index) back to check them, except
+ * while the device's current stream is being captured (a copy there would break the capture). */
 bool check_offs_on_host(const at::Device &device) {
   static const bool asked = [] {
     const char *e = std::getenv("NVFP4_CHECK_OFFS");
@@ -719,15 +719,17 @@ bool check_offs_on_host(const at::Device &device) {
 }
 
 /* Rows grouped by expert (a mixture of experts, nvfp4.h): x [T, K] fp16 /
- * bf16, rows sorted by expert; w [E, N, K/2] and w_sf (linear [E, N, K/16]
- * or blocked); offs int32 [E], the experts' cumulative row ends, on x's
- * device; alphas (alphas2) float32 [E] there, or none. gated: w holds W1 then
- * W3 ([E, 2N, K/2]; blocked scales need N % 128 == 0) and the output is
- * silu(x W1^T alphas) * (x W3^T alphas2). Output [T, N]; rows past
- * offs[E - 1] are not written. With bf16 x, w may be int32 [E, N, K/8]
- * (ops.pack_bf16_pairs). */
+ * bf16, rows sorted by expert (or row_index int32 [R] on x's device: row r
+ * is x's row row_index[r], nvfp4.h's a_index); w [E, N, K/2] and w_sf
+ * (linear [E, N, K/16] or blocked); offs int32 [E], the experts' cumulative
+ * row ends, on x's device; alphas (alphas2) float32 [E] there, or none.
+ * gated: w holds W1 then W3 ([E, 2N, K/2]; blocked scales need N % 128 == 0)
+ * and the output is silu(x W1^T alphas) * (x W3^T alphas2). Output [T (R),
+ * N]; rows past offs[E - 1] are not written. With bf16 x, w may be int32
+ * [E, N, K/8] (ops.pack_bf16_pairs). */
 Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
-                     const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated) {
+                     const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
+                     const std::optional<Tensor> &row_index) {
   TORCH_CHECK_TYPE(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op,
                    ": x must be float16 or bfloat16, got ", x.scalar_type());
   TORCH_CHECK_VALUE(x.dim() == 2 && (x.stride(1) == 1 || x.size(1) == 1), op,
@@ -742,7 +744,18 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   check_fp4_tensor(op, "w", w_);
   TORCH_CHECK_VALUE(w.dim() == 3, op, ": w must be [E, N, ", pairs ? "K/8" : "K/2", "]",
                     gated ? " (W1 then W3: 2N rows)" : "", ", got shape ", w.sizes());
-  const int64_t T = x.size(0), K = x.size(1), E = w.size(0), N = gated ? w.size(1) / 2 : w.size(1);
+  const int64_t X = x.size(0), T = row_index ? row_index->size(0) : X, K = x.size(1), E = w.size(0),
+                N = gated ? w.size(1) / 2 : w.size(1);
+  if (row_index) {
+    TORCH_CHECK_TYPE(row_index->scalar_type() == at::kInt, op, ": row_index must be int32, got ",
+                     row_index->scalar_type());
+    TORCH_CHECK_VALUE(row_index->dim() == 1 && (row_index->stride(0) == 1 || T <= 1), op,
+                      ": row_index must be a contiguous 1-D tensor (x's row of each row), got shape ",
+                      row_index->sizes());
+    TORCH_CHECK_VALUE(row_index->device() == x.device(), op, ": row_index is on ", row_index->device(),
+                      " but x is on ", x.device());
+    TORCH_CHECK_VALUE(X > 0 || T == 0, op, ": row_index has ", T, " rows but x has none to index");
+  }
   TORCH_CHECK_VALUE(2 * w_.size(2) == K, op, ": w ", pairs ? "(int32 words) has K/8=" : "has K/2=", w.size(2),
                     " but x has K=", K);
   TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (= x.shape[1] = ", K,
@@ -764,8 +777,16 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   if (offs_host.defined()) {
     const int32_t *o = offs_host.const_data_ptr<int32_t>();
     for (int64_t e = 0; e < E; e++)
-      TORCH_CHECK_VALUE(o[e] >= (e ? o[e - 1] : 0) && o[e] <= T, op, ": offs must be non-decreasing from 0 and at most T=",
-                        T, "; offs[", e, "] = ", o[e], e ? " after " + std::to_string(o[e - 1]) : std::string());
+      TORCH_CHECK_VALUE(o[e] >= (e ? o[e - 1] : 0) && o[e] <= T, op, ": offs must be non-decreasing from 0 and at most ",
+                        row_index ? "R=" : "T=", T, "; offs[", e, "] = ", o[e],
+                        e ? " after " + std::to_string(o[e - 1]) : std::string());
+    if (row_index) { /* the same precondition on the indices (the rows the experts take) */
+      const Tensor ri = row_index->cpu();
+      const int32_t *r = ri.const_data_ptr<int32_t>();
+      for (int64_t i = 0; i < (E ? o[E - 1] : 0); i++)
+        TORCH_CHECK_VALUE(r[i] >= 0 && r[i] < X, op, ": row_index must lie in [0, ", X, ") (x's rows), got ", r[i],
+                          " at ", i);
+    }
   }
   nvfp4_matmul &p = pr.p;
   p.m = T, p.n = N, p.k = K, p.batch = E;
@@ -786,6 +807,7 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   }
   if (pairs) p.b.codes = p.b2.codes = NVFP4_CODES_BF16_PAIRS;
   p.offs = offs.const_data_ptr<int32_t>();
+  if (row_index) p.a_index = row_index->const_data_ptr<int32_t>(), p.a_rows = X;
   p.alpha = p.alpha2 = 1.0f;
   p.c_type = NVFP4_F16;
   auto per_expert = [&](const char *name, const std::optional<Tensor> &t, const float *&ptr) {
@@ -804,26 +826,51 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   return pr;
 }
 
+/* Rows by token on a GPU where the planned kernel reads gathered rows (nvfp4_matmul_cuda_gathers_rows): x's rows
+ * gathered into a scratch tensor (returned: alive until the launch is queued) and the problem pointed at it. */
+Tensor gather_rows_if_planned(const OpName &op, Problem &pr, const Tensor &x) {
+#ifdef NVFP4_WITH_CUDA
+  nvfp4_matmul &p = pr.p;
+  if (!pr.device.is_cuda() || !p.a_index) return Tensor();
+  c10::cuda::CUDAGuard guard(pr.device);
+  if (!nvfp4_matmul_cuda_gathers_rows(&p)) return Tensor();
+  Tensor rows = at::empty({p.m, p.k}, x.options());
+  const nvfp4_status st = nvfp4_gather_rows_cuda(p.a.data, p.a_rows, p.a.row_stride, 2 * p.k, p.a_index, p.m,
+                                                 rows.data_ptr(), 2 * p.k,
+                                                 c10::cuda::getCurrentCUDAStream(pr.device.index()).stream());
+  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
+  p.a.data = static_cast<const uint8_t *>(rows.const_data_ptr());
+  p.a.row_stride = 2 * p.k;
+  p.a_index = nullptr, p.a_rows = 0;
+  return rows;
+#else
+  (void)op, (void)pr, (void)x;
+  return Tensor();
+#endif
+}
+
 Tensor grouped_mm(const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
                   const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
-                  std::optional<at::ScalarType> out_dtype) {
+                  std::optional<at::ScalarType> out_dtype, const std::optional<Tensor> &row_index) {
   const OpName op{"nvfp4.grouped_mm"};
-  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated);
+  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated, row_index);
   Tensor out = alloc_out(pr, x, out_type(op, out_dtype, x.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf));
   bind_out(op, pr, Arg(out, true), false);
+  const Tensor rows = gather_rows_if_planned(op, pr, x);
   run(op, &pr.p, 1, pr.device);
   return out;
 }
 
 void grouped_mm_out(const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
                     const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
-                    const Tensor &out) {
+                    const Tensor &out, const std::optional<Tensor> &row_index) {
   const OpName op{"nvfp4.grouped_mm"};
   check_writable(op, "out", out,
                  {{"x", &x}, {"w", &w}, {"w_sf", &w_sf}, {"offs", &offs}, {"alphas", alphas ? &*alphas : nullptr},
-                  {"alphas2", alphas2 ? &*alphas2 : nullptr}});
-  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated);
+                  {"alphas2", alphas2 ? &*alphas2 : nullptr}, {"row_index", row_index ? &*row_index : nullptr}});
+  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated, row_index);
   bind_out(op, pr, Arg(out, true), false);
+  const Tensor rows = gather_rows_if_planned(op, pr, x);
   run(op, &pr.p, 1, pr.device);
 }
 
@@ -1058,7 +1105,7 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
   } else if (op == "grouped_mm" || op == "grouped_mm_gated") {
     takes(4);
     prs.push_back(make_grouped({"nvfp4.grouped_mm"}, ts[0], ts[1], ts[2], ts[3], std::nullopt, std::nullopt,
-                               op == "grouped_mm_gated"));
+                               op == "grouped_mm_gated", std::nullopt));
   } else if (op == "group_gemm") {
     const size_t n = args.size() / 4;
     TORCH_CHECK_VALUE(n > 0 && args.size() % 4 == 0, name,
@@ -1498,9 +1545,9 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("dual_gemm_w4a4_out(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? global_scale, "
         "Tensor? alpha1, Tensor? alpha2, Tensor(a!) out) -> ()");
   m.def("grouped_mm(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas=None, Tensor? alphas2=None, "
-        "bool gated=False, ScalarType? out_dtype=None) -> Tensor");
+        "bool gated=False, ScalarType? out_dtype=None, Tensor? row_index=None) -> Tensor");
   m.def("grouped_mm_out(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas, Tensor? alphas2, bool gated, "
-        "Tensor(a!) out) -> ()");
+        "Tensor(a!) out, Tensor? row_index=None) -> ()");
   m.def("competition_group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] c) -> ()");
   m.def("competition_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor sfa_perm, Tensor sfb_perm, "
         "Tensor(a!) c) -> ()");

@@ -234,6 +234,14 @@ def main(only):
             want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, gated, torch.float16)
             rows = sum(sizes)
             bad += not close(got[:rows], want[:rows])
+            # rows read in place through row_index (from fewer tokens; two indices outside x: zero rows)
+            index = torch.randint(0, t // 2 + 1, (t,), generator=gen, dtype=torch.int32)
+            index[1], index[-1] = -3, t
+            got = nk.grouped_mm(x[: t // 2 + 1], w.data, w.sf, offs, alphas=alphas, gated=gated,
+                                out_dtype=torch.float16, row_index=index.to(dev))
+            rows_of = torch.cat([x[: t // 2 + 1], torch.zeros_like(x[:1])])[index.clamp(-1, t // 2 + 1).long()]
+            want = reference.grouped_mm(rows_of, w.data, w.sf, offs, alphas, None, gated, torch.float16)
+            bad += not close(got[:rows], want[:rows])
     if section("moe ops"):
         # the sort's one CTA (shared-memory counts, match.any ranks; ids outside the experts) and, from 8192
         # pairs, its several CTAs (the counts' scratch table, each CTA's scan of it), the combine's 16-byte and

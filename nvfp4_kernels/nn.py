@@ -495,8 +495,9 @@ class NVFP4MoE(_NVFP4Module):
         the top_k of c among them; weights s there (divided by their sum + 1e-20 where
         norm_topk_prob), times routed_scaling_factor (ops.moe_route, one kernel);
       the token-expert pairs sorted by expert on the device (ops.moe_sort, one kernel, no host
-        sync: CUDA graphs replay any routing), each pair's row of x -> ops.grouped_mm with
-        gated=True: h = silu(x W1^T) * (x W3^T) in x's dtype -> ops.grouped_mm: y = h W2^T;
+        sync: CUDA graphs replay any routing), each pair's row of x (w4a16: read in place through
+        row_index) -> ops.grouped_mm with gated=True: h = silu(x W1^T) * (x W3^T) in x's dtype ->
+        ops.grouped_mm: y = h W2^T;
       out[t] = sum over t's pairs of weight * y, in float32, rounded once (ops.moe_combine).
     mode "w4a4": each row is quantized to NVFP4 with its expert's input_scale (as NVFP4Linear does)
     before each grouped_mm, whose exact values (e2m1 x e4m3 fits bf16 and fp16) it multiplies,
@@ -594,17 +595,15 @@ class NVFP4MoE(_NVFP4Module):
 
     def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor,
               token_of_row: Optional[torch.Tensor] = None):
-        """The rows grouped by expert (x's rows token_of_row, or x as it is). w4a4: each row quantized
-        with its expert's global scale (1 / input_scale), as exact values in x's dtype, gathered and
-        quantized by one kernel (ops.quantized_values); w4a16: the rows. Device ops only (a CUDA graph
+        """(rows, row_index) for a grouped_mm: the rows grouped by expert are x's rows token_of_row (or
+        x as it is). w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact
+        values in x's dtype, gathered and quantized by one kernel (ops.quantized_values); w4a16: x and
+        the index, which grouped_mm reads the rows by (no gathered copy). Device ops only (a CUDA graph
         captures them)."""
         if self.mode == "w4a16":
-            if token_of_row is None:
-                return x
-            if x.shape[0] == 1 and x.stride(1) == 1:  # one token: its row for every pair, a view (no gather launch)
-                return x.expand(token_of_row.shape[0], -1)
-            return x.index_select(0, token_of_row)
-        return ops.quantized_values(x, global_scale=global_scale, row_index=token_of_row, scale_index=expert_of_row)
+            return x, token_of_row
+        return ops.quantized_values(x, global_scale=global_scale, row_index=token_of_row,
+                                    scale_index=expert_of_row), None
 
     def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None,
                 topk: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
@@ -634,10 +633,10 @@ class NVFP4MoE(_NVFP4Module):
             # meant for fp16 is built, or converted, with dtype float16)
             self._relayout(to_int32=False)
         w4a4 = self.mode == "w4a4"
-        rows = self._rows(x, self._w13_input_global if w4a4 else None, expert_of_row, token_of_row)
+        rows, index = self._rows(x, self._w13_input_global if w4a4 else None, expert_of_row, token_of_row)
         h = ops.grouped_mm(rows, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,
-                           alphas2=self._alpha3, gated=True)
-        h = self._rows(h, self._w2_input_global if w4a4 else None, expert_of_row)
+                           alphas2=self._alpha3, gated=True, row_index=index)
+        h, _ = self._rows(h, self._w2_input_global if w4a4 else None, expert_of_row)
         y = ops.grouped_mm(h, self.w2_weight, self.w2_weight_scale, offs, alphas=self._alpha2)
         return ops.moe_combine(y, row_of_pair, weights)
 

@@ -174,7 +174,8 @@ def dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, *, global_scale: Alpha = None, out: Op
 
 
 def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alphas2: Optional[torch.Tensor] = None,
-               gated: bool = False, out: Optional[torch.Tensor] = None, out_dtype: OutDtype = None) -> torch.Tensor:
+               gated: bool = False, out: Optional[torch.Tensor] = None, out_dtype: OutDtype = None,
+               row_index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Rows grouped by expert (a mixture of experts), as torch._grouped_mm takes them: x [T, K]
     fp16 / bf16 holds every expert's rows, sorted by expert; expert e takes rows offs[e - 1] ..
     offs[e] (offs[-1] = 0) times its NVFP4 weights w[e] ([E, N, K/2], scales w_sf linear [E, N,
@@ -186,10 +187,14 @@ def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alpha
     * (alphas2 * x W3^T), in one pass. Out [T, N] in x's dtype (or out_dtype);
     rows past offs[E - 1] are not written (use out= to keep what is there). With bf16 x, w may be
     pack_bf16_pairs(w) (int32 [E, N, K/8]), which the kernels decode in fewer instructions.
+    row_index: None, or int32 [R] on x's device: the rows are x[row_index] ([R, K], R rows grouped by
+    expert, offs at most R; out [R, N]), read where they lie, not gathered first (an MoE's token of
+    each pair: moe_sort's token_of_row). An index outside [0, T) is an error on the CPU (and under
+    NVFP4_CHECK_OFFS=1); a CUDA kernel reads such a row as zeros.
     """
     if out is None:
-        return torch.ops.nvfp4.grouped_mm(x, w, w_sf, offs, alphas, alphas2, gated, out_dtype)
-    torch.ops.nvfp4.grouped_mm_out(x, w, w_sf, offs, alphas, alphas2, gated, out)
+        return torch.ops.nvfp4.grouped_mm(x, w, w_sf, offs, alphas, alphas2, gated, out_dtype, row_index)
+    torch.ops.nvfp4.grouped_mm_out(x, w, w_sf, offs, alphas, alphas2, gated, out, row_index)
     return out
 
 
@@ -408,10 +413,11 @@ def _(x, b1, b2, sfb1, sfb2, global_scale=None, alpha1=None, alpha2=None, out_dt
 
 
 @torch.library.register_fake("nvfp4::grouped_mm")
-def _(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None):
-    _one_device("grouped_mm", (x, w, w_sf, offs) + tuple(t for t in (alphas, alphas2) if t is not None))
+def _(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, row_index=None):
+    _one_device("grouped_mm", (x, w, w_sf, offs) + tuple(t for t in (alphas, alphas2, row_index) if t is not None))
     n = w.shape[-2] // 2 if gated else w.shape[-2]
-    return x.new_empty((x.shape[0], n), dtype=_w4a16_dtype(x, out_dtype))
+    rows = x.shape[0] if row_index is None else row_index.shape[0]
+    return x.new_empty((rows, n), dtype=_w4a16_dtype(x, out_dtype))
 
 
 @torch.library.register_fake("nvfp4::quantize")

@@ -140,11 +140,14 @@ def dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, global_scale=None, alpha1=None, alpha2
     return dual_gemm_w4a16(quantized_values(x, global_scale), b1, b2, sfb1, sfb2, alpha1, alpha2, out_dtype)
 
 
-def grouped_mm(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, out=None) -> torch.Tensor:
-    """Rows grouped by expert: rows offs[e - 1] .. offs[e] of x (fp16 / bf16 [T, K]) times expert
-    e's weights w[e] (gated: W1 = w[e, :N], W3 = w[e, N:]; silu(alphas[e] x W1^T) * (alphas2[e] x
-    W3^T)), each row as gemm_w4a16 / dual_gemm_w4a16 computes it. Rows past offs[-1] keep out's
-    values (zeros when out is None)."""
+def grouped_mm(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, out=None,
+               row_index=None) -> torch.Tensor:
+    """Rows grouped by expert: rows offs[e - 1] .. offs[e] of x (fp16 / bf16 [T, K]; with row_index,
+    of x[row_index]) times expert e's weights w[e] (gated: W1 = w[e, :N], W3 = w[e, N:];
+    silu(alphas[e] x W1^T) * (alphas2[e] x W3^T)), each row as gemm_w4a16 / dual_gemm_w4a16 computes
+    it. Rows past offs[-1] keep out's values (zeros when out is None)."""
+    if row_index is not None:
+        x = x.cpu()[row_index.cpu().long()]
     t, e_count = x.shape[0], w.shape[0]
     n = w.shape[1] // 2 if gated else w.shape[1]
     out = torch.zeros(t, n, dtype=out_dtype or x.dtype) if out is None else out.detach().cpu().clone()

@@ -263,3 +263,75 @@ def test_gated_scales_checked_whole(device):
     wide = torch.cat([w.sf, w.sf[:, :n]], 1)  # 3N rows of scales
     with pytest.raises(ValueError, match=r"w_sf has shape \[2, 48, 4\]; the linear layout"):
         nk.grouped_mm(x, w.data, wide, offs, gated=True)
+
+
+INDEX_CASES = [CASES[i] for i in (1, 5, 12, 13, 17, 18, 20, 22)]
+
+
+@pytest.mark.parametrize("case", INDEX_CASES, ids=[f"{c[0][:4]}-{c[1]}x{c[2]}x{c[3]}-{c[4]}-{c[5]}"
+                                                   for c in INDEX_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_row_index(device, gen, case, dtype):
+    """row_index: the rows are x[row_index] (an MoE's pairs read from their tokens' rows: rows
+    repeated and skipped, fewer tokens than rows), read in place by every kernel (16-row, 64-row and
+    wgmma tiles): bit for bit what the gathered rows give, and the reference's result; weights in
+    bf16 pairs too. A GPU reads a row outside x as zeros; the CPU refuses it."""
+    sizes, t, n, k, layout, gated = case
+    e = len(sizes)
+    w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=device, layout=layout)
+    tokens = t // 3 + 2
+    x = activations(tokens, k, dtype, gen, device)
+    index = torch.randint(0, tokens, (t,), generator=gen, dtype=torch.int32).to(device)
+    offs = routing(sizes, device)
+    alphas = (torch.rand(e, generator=gen) + 0.25).to(device)
+    rows = int(offs[-1])
+    weights = [w.data] + ([nk.pack_bf16_pairs(w.data)] if dtype == torch.bfloat16 else [])
+    for wd in weights:
+        out = poisoned((t, n), device).to(dtype)
+        nk.grouped_mm(x, wd, w.sf, offs, alphas=alphas, gated=gated, out=out, row_index=index)
+        assert torch.isnan(out[rows:].float()).all(), "rows past the last expert were written"
+        gathered = nk.grouped_mm(x[index.long()], wd, w.sf, offs, alphas=alphas, gated=gated)
+        assert torch.equal(out[:rows], gathered[:rows]), f"row_index {case}: not the gathered rows' result"
+        got = nk.grouped_mm(x, wd, w.sf, offs, alphas=alphas, gated=gated, row_index=index)
+        assert got.shape == (t, n) and torch.equal(got[:rows], out[:rows])
+    want = reference.grouped_mm(x, w.data, w.sf, offs, alphas, None, gated, row_index=index)
+    assert_matches(out[:rows], want[:rows], f"row_index {case}",
+                   slack=slack(x[index.long()], w.data, w.sf, offs, alphas, None, gated)[:rows])
+    bad = index.clone()
+    bad[::5] = tokens + 3
+    bad[1::7] = -1
+    if device == "cpu":
+        with pytest.raises(ValueError, match=r"row_index must lie in \[0, \d+\) \(x's rows\)"):
+            nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=gated, row_index=bad)
+    elif rows:
+        zeros = torch.cat([x, torch.zeros_like(x[:1])])  # the rows outside x as a row of zeros
+        inside = torch.where((bad >= 0) & (bad < tokens), bad, tokens)
+        got = nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=gated, row_index=bad)
+        want = nk.grouped_mm(zeros[inside.long()], w.data, w.sf, offs, alphas=alphas, gated=gated)
+        assert torch.equal(got[:rows], want[:rows]), "rows outside x not read as zeros"
+
+
+def test_row_index_bad_arguments(device):
+    e, t, n, k = 3, 5, 32, 64
+    w = random_operand(e, n, k, gen=torch.Generator().manual_seed(0), device=device)
+    x = torch.zeros(t, k, dtype=torch.bfloat16, device=device)
+    offs = routing([1, 2, 3], device)
+    index = torch.tensor([0, 4, 4, 1, 2, 3], dtype=torch.int32, device=device)
+    cases = [
+        (TypeError, r"row_index must be int32, got Long", dict(row_index=index.long())),
+        (ValueError, r"row_index must be a contiguous 1-D tensor", dict(row_index=index.view(2, 3))),
+        (ValueError, r"row_index has 6 rows but x has none to index", dict(x=x[:0])),
+        (ValueError, r"offs must be non-decreasing from 0 and at most R=4", dict(row_index=index[:4])),
+    ]
+    if device == "cuda":
+        cases[-1] = (ValueError, r"row_index is on cpu but x is on cuda", dict(row_index=index.cpu()))
+    for exc, msg, kw in cases:
+        args = dict(x=x, row_index=index) | kw
+        with pytest.raises(exc, match=msg):
+            nk.grouped_mm(args["x"], w.data, w.sf, offs, row_index=args["row_index"])
+    out = torch.empty(6, n, dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match=r"out"):
+        nk.grouped_mm(x, w.data, w.sf, offs, out=out[:5], row_index=index)
+    if device == "cpu":
+        got = nk.grouped_mm(x, w.data, w.sf, offs, row_index=index)
+        assert got.shape == (6, n)

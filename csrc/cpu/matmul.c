@@ -138,8 +138,12 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
       for (int64_t i = 0; i < mb; i++) {
         if (p->a_type == NVFP4_E2M1)
           dequant_row(&p->a, k, l, mt + i, lut, a_rows + i * k);
-        else
+        else if (!p->a_index)
           convert_row(&p->a, p->a_type, k, l, mt + i, a_rows + i * k);
+        else if (p->a_index[mt + i] >= 0 && p->a_index[mt + i] < p->a_rows) /* rows by token: nvfp4.h */
+          convert_row(&p->a, p->a_type, k, l, p->a_index[mt + i], a_rows + i * k);
+        else
+          memset(a_rows + i * k, 0, sizeof(float) * (size_t)k);
       }
       for (int64_t nt = n0; nt < n1; nt += NB) {
         int64_t nb = n1 - nt < NB ? n1 - nt : NB;

@@ -21,6 +21,10 @@
  * sigmoid), top_k rounds of a search and a warp-wide first; one launch for
  * torch's 5-12 (softmax, topk, sums, masks, gathers).
  *
+ * Gather: a thread copies a 16-byte chunk of a row (grouped_mm's rows by
+ * token where its kernel reads gathered rows, plan.cu); a row outside x:
+ * zeros.
+ *
  * Combine: a thread sums top_k products for 8 (16-bit y) or 4 (float32)
  * adjacent outputs of one token, read as one 16-byte load per pair where the
  * rows allow (else one value at a time). Speed of light: bytes / copy
@@ -208,6 +212,24 @@ __global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_place_kernel(con
 }
 
 constexpr int COMBINE_THREADS = 256;
+
+/* Gather (grouped_mm's rows by token where its kernel reads gathered rows,
+ * nvfp4_matmul_cuda_gathers_rows): thread = one W-byte chunk of one row. */
+template <typename W>
+__global__ void __launch_bounds__(COMBINE_THREADS)
+    gather_rows_kernel(const uint8_t *x, int64_t x_rows, int64_t x_stride, const int32_t *index, int64_t rows,
+                       uint8_t *out, int64_t out_stride, int64_t chunks) {
+  pdl_wait();
+  const int64_t item = (int64_t)blockIdx.x * COMBINE_THREADS + threadIdx.x, r = item / chunks;
+  const int64_t c = (item - r * chunks) * (int64_t)sizeof(W);
+  if (r < rows) {
+    const int32_t i = index[r];
+    W v{};
+    if (i >= 0 && i < x_rows) v = *reinterpret_cast<const W *>(x + i * x_stride + c);
+    *reinterpret_cast<W *>(out + r * out_stride + c) = v;
+  }
+  pdl_launch_dependents();
+}
 
 /* Thread: token t, outputs [h0, h0 + V) (V = 16 / sizeof(T) where VEC, else 1). */
 template <typename T, typename W, bool VEC>
@@ -409,6 +431,25 @@ extern "C" nvfp4_status nvfp4_moe_route_cuda(const nvfp4_moe_route *r, cudaStrea
     case NVFP4_F16: e = launch_pdl(moe_route_kernel<__half>, ctas, 32 * ROUTE_WARPS, smem, stream, *r); break;
     default: e = launch_pdl(moe_route_kernel<__nv_bfloat16>, ctas, 32 * ROUTE_WARPS, smem, stream, *r); break;
   }
+  return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+}
+
+extern "C" nvfp4_status nvfp4_gather_rows_cuda(const void *x, int64_t x_rows, int64_t x_stride, int64_t row_bytes,
+                                               const int32_t *index, int64_t rows, void *out, int64_t out_stride,
+                                               cudaStream_t stream) {
+  if (rows < 0 || row_bytes < 0 || row_bytes % 2 || x_rows < 0) return NVFP4_ERR_INVALID;
+  if (rows == 0 || row_bytes == 0) return NVFP4_OK;
+  const bool vec = row_bytes % 16 == 0 && aligned(x, 16) && aligned(out, 16) && x_stride % 16 == 0 &&
+                   out_stride % 16 == 0;
+  const int64_t chunks = row_bytes / (vec ? 16 : 2), items = rows * chunks;
+  const unsigned ctas = (unsigned)((items + COMBINE_THREADS - 1) / COMBINE_THREADS);
+  const auto *xb = static_cast<const uint8_t *>(x);
+  auto *ob = static_cast<uint8_t *>(out);
+  const cudaError_t e =
+      vec ? launch_pdl(gather_rows_kernel<uint4>, ctas, COMBINE_THREADS, 0, stream, xb, x_rows, x_stride, index, rows,
+                       ob, out_stride, chunks)
+          : launch_pdl(gather_rows_kernel<uint16_t>, ctas, COMBINE_THREADS, 0, stream, xb, x_rows, x_stride, index,
+                       rows, ob, out_stride, chunks);
   return e == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
 }
 

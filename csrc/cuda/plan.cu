@@ -165,8 +165,10 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   if (k == Kernel::W4A16 ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false; /* W4A16: w4a16.cu, or wgmma */
-  /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma */
+  /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma; rows by token (a_index) on w4a16.cu only
+   * (nvfp4_matmul_cuda_gathers_rows) */
   if (p.offs && (!w4a16 || (k != Kernel::W4A16 && k != Kernel::WGMMA))) return false;
+  if (p.a_index && k != Kernel::W4A16) return false;
   switch (k) {
     case Kernel::W4A16: return w4a16_can_run(p, dev);
     case Kernel::GEMV_DP4A: return gemv_dp4a_can_run(p, dev);
@@ -269,6 +271,7 @@ bool valid(const nvfp4_matmul *problems, int count) {
     if (!empty(p) && !(p.a.data && p.b.data && (p.a.sf || !fp4) && p.b.sf && p.c && (!p.b2.data || p.b2.sf)))
       return false;
     if (p.offs && (count > 1 || p.a.batch_stride || p.c_batch_stride || p.bias)) return false;
+    if (p.a_index && (!p.offs || fp4 || p.a_rows < 0)) return false; /* rows by token: 16-bit rows by expert */
   }
   return true;
 }
@@ -325,6 +328,18 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
   if (f.kernel != Kernel::NONE) return f.kernel == Kernel::W4A16; /* tests: each route's kernels forced */
   const Plan c = plan_call(codes, 1, dev);
   return values_pay(p, c.kernel, c.view, v.kernel, dev);
+}
+
+/* Rows by token (a_index) are read in place by w4a16.cu's tiles (MoE blocks at T = 8, 64: 0.96-1.00x the time
+ * of gathered rows, one launch fewer); where the problem's plan without them is the wgmma kernel, the caller
+ * gathers them first: its 128-row tiles took rows in place 1.08-1.15x the time (H200, 2026-11-30, against
+ * dbefc1b's kernels, bench_moe W4A16 T = 4096: DeepSeek-V3 8554 -> 9445 us uniform, 6746 -> 7733 skewed;
+ * Qwen3-30B-A3B 1047 -> 1131, 976 -> 1054). */
+extern "C" int nvfp4_matmul_cuda_gathers_rows(const nvfp4_matmul *p) {
+  if (!p->a_index) return 0;
+  nvfp4_matmul q = *p;
+  q.a_index = nullptr;
+  return plan_call(&q, 1, device_info()).kernel != Kernel::W4A16;
 }
 
 extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len) {

@@ -5,7 +5,9 @@
  *   C[l, m, n] = sum_k A[l, m, k] * W[l, n, k],  A = p.a (2-byte values),
  *   W = p.b (and p.b2 for a dual), then common.cuh's Epilogue.
  * Rows grouped by expert (p.offs, nvfp4.h): A and C are not batched; rows
- * [offs[l - 1], offs[l]) of them go with expert l's W and alphas.
+ * [offs[l - 1], offs[l]) of them go with expert l's W and alphas. Rows by
+ * token (p.a_index): each tile row's row of A, read in place (the tile's
+ * byte offsets in shared memory, found once; one outside A reads zeros).
  *
  * Roles: the weights are mma's A operand (m16 = 16 weight rows = 16 output
  * columns), decoded in registers straight from their code bytes
@@ -170,21 +172,28 @@ template <int NA, int MW>
 struct Copies {
   const uint8_t *act0, *w[MW], *sf;
   int64_t act_step; /* 16 activation rows */
+  const int64_t *rows; /* rows by token (nvfp4.h's a_index, NA > 1): the rows' byte offsets in A, shared memory */
   int sf_step;
-  uint32_t act_copy, act_ok, w_ok; /* bit q: row q is copied (its n8 tile is read) / exists */
+  uint32_t act_copy, act_ok, w_ok; /* bit q: row q is copied (its n8 tile is read) / exists (or reads zeros) */
   bool sf_ok, sf_copy;             /* the scale row exists / this thread has one */
 
-  __device__ __forceinline__ const uint8_t *act(int q) const { return act_ok >> q & 1 ? act0 + q * act_step : act0; }
+  __device__ __forceinline__ const uint8_t *act(int q) const {
+    if (NA > 1 && rows) return act_ok >> q & 1 ? act0 + (rows[16 * q] - rows[0]) : act0;
+    return act_ok >> q & 1 ? act0 + q * act_step : act0;
+  }
 };
 
 template <bool DUAL, int MW, int TM>
 __device__ __forceinline__ Copies<Shape<DUAL, MW, TM>::NA, MW> copies_of(const nvfp4_matmul &p, int64_t l, int64_t m0,
-                                                                          int64_t m_end, int64_t n0, int tid) {
+                                                                          int64_t m_end, int64_t n0, int tid,
+                                                                          const int64_t *rows) {
   using S = Shape<DUAL, MW, TM>;
   Copies<S::NA, MW> c;
   c.act_copy = c.act_ok = c.w_ok = 0;
-  /* row tid / 8 exists where any of the thread's rows does */
-  c.act0 = p.a.data + l * p.a.batch_stride + (m0 + tid / 8 < m_end ? m0 + tid / 8 : 0) * p.a.row_stride;
+  /* row tid / 8 exists where any of the thread's rows does; rows by token: its offset in A */
+  c.rows = rows ? rows + tid / 8 : nullptr;
+  c.act0 = p.a.data + l * p.a.batch_stride +
+           (rows ? rows[tid / 8] : (m0 + tid / 8 < m_end ? m0 + tid / 8 : 0) * p.a.row_stride);
   c.act_step = 16 * p.a.row_stride;
 #pragma unroll
   for (int q = 0; q < S::NA; q++) {
@@ -192,6 +201,14 @@ __device__ __forceinline__ Copies<Shape<DUAL, MW, TM>::NA, MW> copies_of(const n
     const bool ok = m0 + r < m_end;
     c.act_copy |= (m0 + (r & ~7) < m_end ? 1u : 0u) << q;
     c.act_ok |= (ok ? 1u : 0u) << q;
+  }
+  if (rows) { /* a row outside A: not there (its copies zero-fill) */
+#pragma unroll
+    for (int q = 0; q < S::NA; q++) {
+      const int64_t at = m0 + tid / 8 + 16 * q;
+      const int64_t i = at < m_end ? p.a_index[at] : -1;
+      if (i < 0 || i >= p.a_rows) c.act_ok &= ~(1u << q);
+    }
   }
   /* smem weight row r: W's row n0 + r; dual: below TW / 2 W1's, then W2's */
   auto weight_row = [&](int r, const nvfp4_operand *&op) {
@@ -408,11 +425,19 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   const int64_t tiles_n = (p.n + S::TN - 1) / S::TN, n0 = tile % tiles_n * S::TN;
   /* the tile's batch (expert), first row and end of its rows */
   int64_t l, m0, m_end;
+  __shared__ int64_t tile_rows[TM]; /* rows by token */
   if (p.offs) {
     __shared__ long long found[3];
     expert_tile<TM>(p, tile / tiles_n, found);
     l = found[0], m0 = found[1], m_end = found[2];
     if (l < 0) return; /* past the last expert's rows */
+    if (p.a_index) { /* rows by token: the tile's rows' byte offsets in A (row 0 where outside: copies_of) */
+      for (int r = threadIdx.x; r < TM; r += blockDim.x) {
+        const int64_t i = m0 + r < m_end ? p.a_index[m0 + r] : 0;
+        tile_rows[r] = (i >= 0 && i < p.a_rows ? i : 0) * p.a.row_stride;
+      }
+      __syncthreads();
+    }
   } else {
     const int64_t tiles_m = (p.m + TM - 1) / TM;
     l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * TM, m_end = p.m;
@@ -450,7 +475,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
    * count stays exact); the general path loads a step into registers
    * (st_*) before the mma of the current one and stores it after. Step s of
    * this CTA is step k0 + s of the row, in slot s % STAGES. */
-  const auto cp = copies_of<DUAL, MW, TM>(p, l, m0, m_end, n0, tid);
+  const auto cp = copies_of<DUAL, MW, TM>(p, l, m0, m_end, n0, tid, p.offs && p.a_index ? tile_rows : nullptr);
   const int a_chunk = tid % 8, w_half = tid % 2;
   const int64_t a_bytes = 2 * p.k, w_bytes = p.k / 2, k_blocks = p.k / 16;
   auto a_dst = [&](int s, int q) {
