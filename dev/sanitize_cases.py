@@ -219,12 +219,16 @@ def main(only):
     if section("grouped_mm"):
         # rows grouped by expert (common.cuh's expert_tile): empty experts, rows past the last, 16- and 64-row
         # tiles, plain and gated, split K (w4a16.cu); from 64 rows an expert the wgmma kernel's 128-row tiles
-        # (several column tiles of a row tile side by side)
+        # (several column tiles of a row tile side by side); from K = 2048 their pre-pass (bulk copies of a
+        # tile's rows, rows by token gathered)
         for sizes, t, n, k, gated in [([3, 0, 5, 1], 12, 48, 80, True), ([0, 40, 0, 70], 120, 96, 272, False),
                                       ([2, 1], 4, 300, 4096, False), ([1] * 40, 40, 64, 512, True),
                                       ([130, 0, 70, 200], 410, 96, 256, False),
                                       ([64, 65, 63, 0, 129], 330, 128, 512, True),
-                                      ([0, 300, 90], 400, 600, 256, False), ([200, 0, 100], 310, 300, 128, True)]:
+                                      ([0, 300, 90], 400, 600, 256, False), ([200, 0, 100], 310, 300, 128, True),
+                                      ([130, 0, 70, 200, 1], 410, 96, 2048, True),
+                                      ([64, 65, 0, 129, 3], 270, 136, 2112, False),
+                                      ([70, 0, 60, 1], 140, 1936, 2048, True)]:
             e = len(sizes)
             w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=dev)
             x = torch.randn(t, k, generator=gen).to(bf16).to(dev)

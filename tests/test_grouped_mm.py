@@ -6,6 +6,8 @@ every row, rows past the last expert (left as they were), odd multiples of 16, b
 plain and gated (W1 and W3 in one weight), per-expert alphas; capture once, replay with new
 routings; bad arguments."""
 
+import os
+
 import pytest
 import torch
 
@@ -14,6 +16,8 @@ from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches, needs_cuda
 from helpers import FORCED, poisoned, run_python, w4a16_slack, wgmma_built
+
+DECODING = os.environ.get("NVFP4_FORCE_KERNEL") == "wgmma:decode"  # no pre-pass but for rows by token
 
 
 def routing(sizes, device):
@@ -76,6 +80,11 @@ CASES = [  # (group sizes, T, N, K, scale layout, gated)
     ([200, 200], 400, 48, 1024, "linear", False),
     ([64], 64, 72, 128, "linear", True),                  # the 64-row tile
     ([16 + i % 3 for i in range(270)], 4600, 32, 64, "linear", True),  # 270 experts, 10 rows past the last
+    # and K >= 2048 (32 K steps): a pre-pass lays each expert's tiles out where it gathers rows by token
+    # (test_row_index) or 16 column tiles share it
+    ([130, 0, 70, 200, 1], 410, 96, 2048, "linear", True),   # 9 rows past the last expert
+    ([64, 65, 0, 129, 3], 261, 136, 2112, "blocked", False),  # 33 steps: the pre-pass's last piece of 1
+    ([70, 0, 60, 1], 140, 1936, 2048, "linear", True),       # 16 column tiles
 ]
 
 
@@ -100,6 +109,8 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
         name = nk.kernel_name("grouped_mm_gated" if gated else "grouped_mm", x, w.data, w.sf, offs)
         wgmma = wgmma_built() and k % 64 == 0 and FORCED != "w4a16" and (t >= 16 * e or FORCED == "wgmma")
         assert name.startswith("wgmma" if wgmma else "w4a16") and "rows by expert" in name, name
+        pre = wgmma and t > 64 and k >= 2048 and -(-n // (128 if gated else 256)) >= 16 and not DECODING
+        assert ("pre-decoded" in name) == pre, name
     assert_matches(out[:rows], want[:rows], f"grouped_mm {case}", slack=slack(x, w.data, w.sf, offs, alphas, alphas2,
                                                                              gated)[:rows])
     # allocating, no alphas, the other output dtype
@@ -111,7 +122,7 @@ def test_grouped_mm_matches_reference(device, gen, case, dtype):
                    slack=slack(x, w.data, w.sf, offs, None, None, gated)[:rows])
 
 
-PAIRS_CASES = [CASES[i] for i in (0, 6, 13, 12, 16, 19, 21)]
+PAIRS_CASES = [CASES[i] for i in (0, 6, 13, 12, 16, 19, 21, 24)]
 
 
 @pytest.mark.parametrize("case", PAIRS_CASES, ids=[f"{c[0][:4]}-{c[1]}x{c[2]}x{c[3]}-{c[4]}-{c[5]}" for c in PAIRS_CASES])
@@ -144,6 +155,7 @@ def test_bf16_pairs(device, gen, case):
 @pytest.mark.parametrize("e,t,n,k,routings", [
     (6, 24, 96, 256, ([24, 0, 0, 0, 0, 0], [0, 3, 0, 11, 0, 10], [1, 2, 3, 4, 5, 9])),
     (4, 384, 128, 256, ([384, 0, 0, 0], [0, 100, 0, 284], [96, 96, 96, 96])),  # wgmma's on Hopper
+    (4, 384, 128, 2048, ([384, 0, 0, 0], [0, 100, 0, 284], [96, 96, 96, 96])),  # and its pre-pass
 ])
 def test_graph_replays_new_routings(gen, e, t, n, k, routings):
     """Captured once; each replay takes new offsets (and rows) copied into the captured tensors."""
@@ -265,7 +277,7 @@ def test_gated_scales_checked_whole(device):
         nk.grouped_mm(x, w.data, wide, offs, gated=True)
 
 
-INDEX_CASES = [CASES[i] for i in (1, 5, 12, 13, 17, 18, 20, 22)]
+INDEX_CASES = [CASES[i] for i in (1, 5, 12, 13, 17, 18, 20, 22, 24, 25)]
 
 
 @pytest.mark.parametrize("case", INDEX_CASES, ids=[f"{c[0][:4]}-{c[1]}x{c[2]}x{c[3]}-{c[4]}-{c[5]}"

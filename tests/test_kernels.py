@@ -77,7 +77,7 @@ for _kernel, _cases in CASES.items():
 # A forced kernel (and variant) -> the test files run in its child besides this one.
 FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"],
           "wgmma": ["test_epilogue.py", "test_grouped_mm.py", "test_pairs.py", "test_w4a4.py"],
-          "wgmma:decode": ["test_tensor_cores.py", "test_epilogue.py", "test_pairs.py"],
+          "wgmma:decode": ["test_tensor_cores.py", "test_epilogue.py", "test_pairs.py", "test_grouped_mm.py"],
           "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": [],
           "w4a16": ["test_epilogue.py", "test_pairs.py", "test_w4a4.py"]}
 

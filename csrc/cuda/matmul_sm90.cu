@@ -49,7 +49,9 @@
  * a pre-pass kernel decodes (or permutes) every activation tile once into
  * 16-bit tiles in the workspace and the producer brings each K step's tile
  * in by one bulk copy, decoding nothing: the main kernel ~9% faster, the
- * pre-pass ~2 us plus 2.28 bytes per tile byte.
+ * pre-pass ~2 us plus 2.28 bytes per tile byte. Rows grouped by expert have
+ * a pre-pass of their own (expert_predecode_kernel: each expert's tiles laid
+ * out in place of its rows; rows by token gathered on the way).
  *
  * 16-bit activations (W4A16, AT = F16 or BF16; M > 16, plan.cu). The
  * producer copies each K step's activation rows raw (128 bytes a row,
@@ -66,7 +68,8 @@
  * expert (an MoE's, offs): one CTA per tile of a bound on the (expert, 128
  * rows) tiles (expert_tile, common.cuh), found once into shared memory, the
  * column tiles of one row tile side by side (expert_row_tile); split 1, no
- * stream-K; the spare tiles return at once.
+ * stream-K; the spare tiles return at once; pre-decoded where plan_launch
+ * says (always for rows by token: the pre-pass gathers them).
  *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
@@ -287,6 +290,27 @@ __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
 }
 #endif
 
+/* A 16-bit activation row's K step (the 128 bytes at `row`) as the fp16
+ * tile's chunks 0..7, permuted as produce16 permutes them: natural chunk
+ * 2q + h (8 values) -> word q of tile chunks nvfp4_act16_chunk(i, h)
+ * (nvfp4_act16_words). */
+template <int AT>
+__device__ __forceinline__ void act16_chunks(const uint8_t *row, uint4 (&out)[8]) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    uint32_t d[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      uint32_t w[4];
+      nvfp4_act16_words<AT>(__ldg(reinterpret_cast<const uint4 *>(row + 16 * (2 * q + h))), w);
+#pragma unroll
+      for (int i = 0; i < 4; i++) d[i][q] = w[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) out[nvfp4_act16_chunk<AT>(i, h)] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
+  }
+}
+
 /* The pre-pass: CTA i decodes blocks i, i + gridDim.x, ...; thread r row r
  * (reads 32 fp4 bytes and 4 scale bytes, decodes as the producer does; 16-bit
  * activations: reads 128 bytes and permutes them as produce16 does) into a
@@ -312,21 +336,7 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
     const int64_t m = (int64_t)(tm % tiles_m) * 128 + r;
     uint4 out[8] = {}; /* chunk c; rows past M stay zero */
     if (m < p.m && AT != NVFP4_E2M1) {
-      /* natural chunk 2q + h (8 values) -> word q of tile chunks nvfp4_act16_chunk(i, h) (nvfp4_act16_words) */
-      const uint8_t *row = p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 128;
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        uint32_t d[4][4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-          uint32_t w[4];
-          nvfp4_act16_words<AT>(__ldg(reinterpret_cast<const uint4 *>(row + 16 * (2 * q + h))), w);
-#pragma unroll
-          for (int i = 0; i < 4; i++) d[i][q] = w[i];
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) out[nvfp4_act16_chunk<AT>(i, h)] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
-      }
+      act16_chunks<AT>(p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 128, out);
     } else if (m < p.m) {
       const uint8_t *row = p.a.data + l * p.a.batch_stride + m * p.a.row_stride + ks * 32;
       const uint4 c0 = __ldg(reinterpret_cast<const uint4 *>(row)), c1 = __ldg(reinterpret_cast<const uint4 *>(row + 16));
@@ -358,6 +368,58 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
 #else
   (void)t;
   (void)pre;
+#endif
+}
+
+/* The pre-pass of rows grouped by expert (Predecoded, by expert): CTA c
+ * writes K steps EXPERT_PRE_STEPS (c % pieces) onwards of row tile c / pieces,
+ * found as the main kernel finds it (expert_tile), each step's rows x 128
+ * bytes by one bulk copy; rows by token (a_index) read where they are, an
+ * index outside x as a row of zeros (as w4a16.cu's tiles read it). */
+template <int AT>
+__global__ void __launch_bounds__(PRE_THREADS, 8)
+    expert_predecode_kernel(const __grid_constant__ nvfp4_matmul p, const __grid_constant__ Predecoded pre,
+                            int pieces) {
+#if NVFP4_SM90A
+  extern __shared__ __align__(1024) uint8_t tile[];
+  __shared__ long long found[3];
+  const uint32_t tile_addr = (uint32_t)__cvta_generic_to_shared(tile);
+  pdl_launch_dependents();
+  pdl_wait();
+  expert_tile<128>(p, blockIdx.x / (unsigned)pieces, found);
+  if (found[0] < 0) return; /* past the bound's real tiles */
+  const int r = threadIdx.x, ksteps = (int)(p.k / KSTEP);
+  const int64_t m0 = found[1];
+  const int rows = (int)std::min<int64_t>(128, found[2] - m0);
+  const int s0 = (int)(blockIdx.x % (unsigned)pieces) * EXPERT_PRE_STEPS, s1 = min(ksteps, s0 + EXPERT_PRE_STEPS);
+  int64_t src = m0 + r;
+  bool ok = r < rows;
+  if (ok && p.a_index) {
+    src = p.a_index[m0 + r];
+    ok = src >= 0 && src < p.a_rows;
+  }
+  const uint8_t *row = p.a.data + (ok ? src : 0) * p.a.row_stride;
+  uint8_t *dst = pre.a16 + m0 * ksteps * 128; /* the tile's steps, rows x 128 bytes each */
+  for (int s = s0; s < s1; s++) {
+    uint4 out[8] = {};
+    if (ok) act16_chunks<AT>(row + s * 128, out);
+    if (r == 0) bulk_wait_read(); /* the previous step's copy has read the tile */
+    __syncthreads();
+    if (r < rows)
+#pragma unroll
+      for (int c = 0; c < 8; c++) *reinterpret_cast<uint4 *>(tile + a16_chunk(r, c)) = out[c];
+    fence_proxy_async_smem();
+    __syncthreads();
+    if (r == 0) {
+      bulk_copy_s2g(dst + (int64_t)s * rows * 128, tile_addr, (uint32_t)rows * 128);
+      bulk_commit();
+    }
+  }
+  if (r == 0) bulk_wait();
+#else
+  (void)p;
+  (void)pre;
+  (void)pieces;
 #endif
 }
 
@@ -772,8 +834,16 @@ __global__ void __launch_bounds__(THREADS, 1)
         auto load = [&](int slot, int ks) {
           copies.load(smem + RAW_BASE + slot * STAGE_BYTES, ks, bar(BAR_FULL + slot));
         };
-        const int64_t first = pre.blk[pg] + ((int64_t)l * ((p.m + TM - 1) / TM) + m0 / TM) * (p.k / KSTEP) + kbeg;
-        const uint8_t *a16_src = pre.a16 + first * A16_BYTES;
+        /* a step's tile: A16_BYTES, or (rows by expert) the tile's rows x 128 bytes */
+        uint32_t a16_bytes = A16_BYTES;
+        const uint8_t *a16_src;
+        if (AT != NVFP4_E2M1 && p.offs) {
+          a16_bytes = (uint32_t)std::min<int64_t>(TM, m_end_of(p) - m0) * 128;
+          a16_src = pre.a16 + m0 * (p.k / KSTEP) * 128 + (int64_t)kbeg * a16_bytes;
+        } else {
+          const int64_t first = pre.blk[pg] + ((int64_t)l * ((p.m + TM - 1) / TM) + m0 / TM) * (p.k / KSTEP) + kbeg;
+          a16_src = pre.a16 + first * A16_BYTES;
+        }
         for (int j = 0; j < STAGES && j < steps; j++) {
           const int gj = g0 + j;
           if (SK && gj >= STAGES) mbar_wait(bar(BAR_EMPTY + gj % STAGES), (gj / STAGES - 1) & 1);
@@ -783,8 +853,8 @@ __global__ void __launch_bounds__(THREADS, 1)
           const int gj = g0 + j, buf = gj % NA16;
           if (tid == 0) {
             if (gj >= NA16) mbar_wait(bar(BAR_A16_EMPTY + buf), ((gj / NA16) - 1) & 1);
-            mbar_arrive_expect_tx(bar(BAR_A16_FULL + buf), A16_BYTES);
-            bulk_copy_g2s(smem_addr + buf * A16_BYTES, a16_src + (int64_t)j * A16_BYTES, A16_BYTES,
+            mbar_arrive_expect_tx(bar(BAR_A16_FULL + buf), a16_bytes);
+            bulk_copy_g2s(smem_addr + buf * A16_BYTES, a16_src + (int64_t)j * a16_bytes, a16_bytes,
                           bar(BAR_A16_FULL + buf));
           }
           if (j >= 1 && j - 1 + STAGES < steps) {
@@ -1127,20 +1197,37 @@ cudaError_t launch_kernel(const MatmulTable &t, int64_t ctas, int split, const S
   else return cudaLaunchKernelEx(&cfg, matmul_sm90_kernel<DUAL, TM, SK, PRE, AT>, t, split, StreamKT<0>{}, pre);
 }
 
-/* The pre-pass over pre.blk[t.count] blocks: CTAs of PRE_THREADS and a 16 KB
- * tile, 8 per SM (a wave: every CTA starts at once and lets the main
- * kernel launch). */
-template <int AT>
-cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaStream_t stream) {
+/* A pre-pass of `ctas` CTAs of PRE_THREADS and a 16 KB tile, with PDL. */
+template <typename... Params, typename... Args>
+cudaError_t launch_pre_pass(void (*kernel)(Params...), int64_t ctas, cudaStream_t stream, const Args &...args) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)std::min<int64_t>(pre.blk[t.count], 8 * (int64_t)device_info().sms));
+  cfg.gridDim = dim3((unsigned)ctas);
   cfg.blockDim = dim3(PRE_THREADS);
   cfg.dynamicSmemBytes = Layout<128>::A16_BYTES;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1] = {pdl_attribute()};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, act_predecode_kernel<AT>, t, pre);
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/* The pre-pass over pre.blk[t.count] blocks: 8 CTAs per SM (a wave: every
+ * CTA starts at once and lets the main kernel launch). */
+template <int AT>
+cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaStream_t stream) {
+  return launch_pre_pass(act_predecode_kernel<AT>, std::min<int64_t>(pre.blk[t.count], 8 * (int64_t)device_info().sms),
+                         stream, t, pre);
+}
+
+/* The by-expert pre-pass (expert_predecode_kernel): pieces of
+ * EXPERT_PRE_STEPS K steps of every row tile of the bound. */
+template <int AT>
+cudaError_t launch_expert_predecode(const nvfp4_matmul &p, const Predecoded &pre, cudaStream_t stream) {
+  const int64_t ksteps = p.k / KSTEP, pieces = (ksteps + EXPERT_PRE_STEPS - 1) / EXPERT_PRE_STEPS;
+  const int64_t ctas = expert_row_tiles(p, 128) * pieces;
+  if (ctas == 0) return cudaSuccess;
+  if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
+  return launch_pre_pass(expert_predecode_kernel<AT>, ctas, stream, p, pre, (int)pieces);
 }
 
 /* Pre-decoded and stream-K where the plan says so and the caller gives the
@@ -1159,9 +1246,13 @@ cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, c
   if (ws && L.a16_bytes()) {
     pre.a16 = static_cast<uint8_t *>(ws);
     for (int g = 0; g <= t.count; g++) pre.blk[g] = L.a16_blk[g];
-    const cudaError_t e = launch_predecode<AT>(t, pre, stream);
+    cudaError_t e;
+    if constexpr (AT != NVFP4_E2M1)
+      e = t.p[0].offs ? launch_expert_predecode<AT>(t.p[0], pre, stream) : launch_predecode<AT>(t, pre, stream);
+    else e = launch_predecode<AT>(t, pre, stream);
     if (e != cudaSuccess) return e;
   }
+  if (t.p[0].a_index && !pre.a16) return cudaErrorMemoryAllocation; /* rows by token: read by the pre-pass alone */
   if (ws && L.cover.sk_ctas) {
     uint8_t *base = static_cast<uint8_t *>(ws) + L.a16_bytes();
     sk.ws = reinterpret_cast<float *>(base);
@@ -1231,6 +1322,7 @@ bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
    * expert: W4A16 only */
   if (w4a16 && !rows_aligned(p.a, 16)) return false;
   if (p.offs && !w4a16) return false;
+  if (p.a_index && !sm90::expert_predecodes(p)) return false; /* rows by token: through the pre-pass only */
   return (w4a16 || cp_async_ok(p.a)) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 

@@ -93,13 +93,24 @@ using StreamK = StreamKT<SK_MAX_CTAS>;
  * (L2 hits mostly: the CTAs of an activation tile run side by side).
  * Layout: problem g's tiles from block blk[g] of 16 KB, block
  * ((l * tiles_m + m tile) * ksteps + ks) holding rows 0..127 as the shared
- * tile does (a16_chunk). */
+ * tile does (a16_chunk). Rows grouped by expert (16-bit, offs; rows by token
+ * gathered on the way): the stacked rows' bytes, each (expert, 128 rows) tile
+ * of `rows` rows from row m0 in place, K step ks at byte (m0 K + ks rows 64)
+ * x 2, rows 0..rows-1 as the shared tile holds them (a16_chunk): one bulk
+ * copy of rows x 128 bytes a step. */
 struct Predecoded {
   uint8_t *a16;
   int32_t blk[NVFP4_LAUNCH_GROUPS + 1]; /* blk[count]: every block of the launch */
 };
 
-constexpr int PRE_THREADS = 128; /* one per row of a block */
+constexpr int PRE_THREADS = 128;     /* one per row of a block */
+constexpr int EXPERT_PRE_STEPS = 16; /* K steps of a tile per CTA of the by-expert pre-pass */
+
+/* Rows grouped by expert that a workspace lets the pre-pass lay out (and
+ * gather, for rows by token): 128-row tiles, at least PRE_MIN_STEPS K steps,
+ * the rows' 16-bit values within Launch::MAX_PRE_BYTES
+ * (matmul_sm90_plan.cu). */
+bool expert_predecodes(const nvfp4_matmul &p);
 
 
 /* Stream-K workspace: a partial tile per range (CTA), then a flag per range. */

@@ -165,10 +165,9 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   if (k == Kernel::W4A16 ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false; /* W4A16: w4a16.cu, or wgmma */
-  /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma; rows by token (a_index) on w4a16.cu only
-   * (nvfp4_matmul_cuda_gathers_rows) */
+  /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma; rows by token (a_index) too, wgmma through
+   * its pre-pass only (matmul_sm90_can_run; else nvfp4_matmul_cuda_gathers_rows) */
   if (p.offs && (!w4a16 || (k != Kernel::W4A16 && k != Kernel::WGMMA))) return false;
-  if (p.a_index && k != Kernel::W4A16) return false;
   switch (k) {
     case Kernel::W4A16: return w4a16_can_run(p, dev);
     case Kernel::GEMV_DP4A: return gemv_dp4a_can_run(p, dev);
@@ -331,15 +330,19 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
 }
 
 /* Rows by token (a_index) are read in place by w4a16.cu's tiles (MoE blocks at T = 8, 64: 0.96-1.00x the time
- * of gathered rows, one launch fewer); where the problem's plan without them is the wgmma kernel, the caller
- * gathers them first: its 128-row tiles took rows in place 1.08-1.15x the time (H200, 2026-11-30, against
- * dbefc1b's kernels, bench_moe W4A16 T = 4096: DeepSeek-V3 8554 -> 9445 us uniform, 6746 -> 7733 skewed;
- * Qwen3-30B-A3B 1047 -> 1131, 976 -> 1054). */
+ * of gathered rows, one launch fewer) and gathered by the wgmma kernel's pre-pass where it has one
+ * (expert_predecodes); where the problem's plan without them is the wgmma kernel otherwise, the caller gathers
+ * them first: its producer took rows in place 1.08-1.15x the time (H200, 2026-11-30, against dbefc1b's kernels,
+ * bench_moe W4A16 T = 4096: DeepSeek-V3 8554 -> 9445 us uniform, 6746 -> 7733 skewed; Qwen3-30B-A3B 1047 ->
+ * 1131, 976 -> 1054). */
 extern "C" int nvfp4_matmul_cuda_gathers_rows(const nvfp4_matmul *p) {
   if (!p->a_index) return 0;
   nvfp4_matmul q = *p;
   q.a_index = nullptr;
-  return plan_call(&q, 1, device_info()).kernel != Kernel::W4A16;
+  const DeviceInfo &dev = device_info();
+  if (plan_call(&q, 1, dev).kernel != Kernel::WGMMA) return 0;
+  const Plan with = plan_call(p, 1, dev); /* wgmma reads them itself unless forced to go without its pre-pass */
+  return with.kernel != Kernel::WGMMA || with.option != 0;
 }
 
 extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len) {
