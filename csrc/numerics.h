@@ -76,6 +76,17 @@ NVFP4_HD int64_t nvfp4_sf_offset(int32_t layout, int64_t row_stride, int64_t k_b
  * blocked layout pads rows to a multiple of 128 and columns to a multiple of
  * 4 (never read; the quantize kernels write the padding as 0). A batch holds
  * nvfp4_sf_grid_rows * nvfp4_sf_grid_cols bytes in either layout. */
+/* Row r's global scale among rows grouped by expert (nvfp4_quantize.scale_offs): the first of the experts whose
+ * rows end past r (offs: their cumulative row ends, non-decreasing), the last where none. */
+NVFP4_HD int64_t nvfp4_expert_of_row(const int32_t *offs, int64_t experts, int64_t r) {
+  int64_t lo = 0, hi = experts - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (offs[mid] > r) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
 NVFP4_HD int64_t nvfp4_sf_grid_rows(int32_t layout, int64_t rows) {
   return layout == NVFP4_SF_LINEAR ? rows : (rows + 127) / 128 * 128;
 }

@@ -89,6 +89,7 @@ typedef struct nvfp4_matmul {
   const int32_t *offs;        /* NULL, or rows grouped by expert (below)        */
   const int32_t *a_index;     /* NULL, or (by expert) row r of A is a_index[r]  */
   int64_t a_rows;             /* with a_index: A's rows                         */
+  const float *a_global;      /* NULL, or (by expert) rows quantized first      */
 } nvfp4_matmul;
 
 /* Rows grouped by expert (a mixture of experts; offs != NULL): batch = E
@@ -102,7 +103,11 @@ typedef struct nvfp4_matmul {
  * only; NULL: row r is A's row r): m int32 in the kernel's memory, row r of
  * the problem is A's row a_index[r] (the rows of a mixture of experts' token
  * pairs, read where they are instead of gathered first); an index outside
- * [0, a_rows) reads as zeros (a CUDA kernel cannot report it). */
+ * [0, a_rows) reads as zeros (a CUDA kernel cannot report it). a_global
+ * (16-bit A, by expert; batch floats in the kernel's memory): W4A4, row r of
+ * expert l is multiplied as the values of its quantization with global scale
+ * a_global[l] (nvfp4_quantize.values, scale_offs = offs), the alphas carrying
+ * 1 / a_global[l]; with a_index, a row outside A is NaN (as there). */
 
 /* Quantization to NVFP4 (nvfp4_quantize_block in numerics.h, per 16 values):
  * x (rows x k float32 / float16 / bfloat16 values in batches, k contiguous,
@@ -138,6 +143,10 @@ typedef struct nvfp4_quantize {
   int64_t x_rows;
   const int32_t *scale_index; /* NULL, or (row_scale given) row r's global scale
                                  is row_scale[scale_index[r]], one of scales    */
+  const int32_t *scale_offs;  /* NULL, or (row_scale given, batch 1) row r's is
+                                 row_scale[e], e the first expert of offs (scales
+                                 cumulative row ends) whose rows end past r (the
+                                 last where none)                               */
   int64_t scales;
   int32_t early_trigger;      /* CUDA: 1 lets the next kernel (the gemm of these
                                  codes) launch as this one starts, 0 as it ends */
@@ -277,11 +286,11 @@ nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4
  * 0: the codes. */
 int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, const nvfp4_matmul *codes);
 
-/* Rows by token (a_index) where the planned kernel would not read them in
- * place (csrc/cuda/plan.cu): 1, the caller gathers them first
- * (nvfp4_gather_rows_cuda) and passes the problem without a_index; 0: as
- * they are. */
-int nvfp4_matmul_cuda_gathers_rows(const nvfp4_matmul *p);
+/* Rows by token (a_index) or quantized first (a_global): 1 where the planned
+ * kernel reads them as given (csrc/cuda/plan.cu); 0: the caller makes them
+ * first (nvfp4_gather_rows_cuda, or nvfp4_quantize_cuda's values with
+ * scale_offs) and passes the problem without a_index and a_global. */
+int nvfp4_matmul_cuda_reads_rows(const nvfp4_matmul *p);
 /* out row r (row_bytes, rows out_stride bytes apart) = x's row index[r]
  * (x_rows rows, x_stride bytes apart), zeros where index[r] is outside
  * [0, x_rows); r < rows. On `stream`, no host synchronisation. */

@@ -726,10 +726,11 @@ bool check_offs_on_host(const at::Device &device) {
  * gated: w holds W1 then W3 ([E, 2N, K/2]; blocked scales need N % 128 == 0)
  * and the output is silu(x W1^T alphas) * (x W3^T alphas2). Output [T (R),
  * N]; rows past offs[E - 1] are not written. With bf16 x, w may be int32
- * [E, N, K/8] (ops.pack_bf16_pairs). */
+ * [E, N, K/8] (ops.pack_bf16_pairs). global_scale float32 [E] on x's device
+ * (nvfp4.h's a_global): W4A4, each row quantized with its expert's first. */
 Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
                      const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
-                     const std::optional<Tensor> &row_index) {
+                     const std::optional<Tensor> &row_index, const std::optional<Tensor> &global_scale) {
   TORCH_CHECK_TYPE(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op,
                    ": x must be float16 or bfloat16, got ", x.scalar_type());
   TORCH_CHECK_VALUE(x.dim() == 2 && (x.stride(1) == 1 || x.size(1) == 1), op,
@@ -821,56 +822,79 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   per_expert(gated ? "alphas1" : "alphas", alphas, p.alpha_ptr);
   TORCH_CHECK_VALUE(gated || !alphas2, op, ": alphas2 is for a gated call");
   per_expert("alphas2", alphas2, p.alpha2_ptr);
+  per_expert("global_scale", global_scale, p.a_global);
+  /* host memory: checked without a sync (on a GPU, as quantize's device scales, not checked) */
+  TORCH_CHECK_VALUE(!global_scale || !global_scale->device().is_cpu() ||
+                        at::all(at::isfinite(*global_scale) & (*global_scale > 0)).item<bool>(),
+                    op, ": global_scale must be finite and positive, got ", global_scale->min().item<float>(), " .. ",
+                    global_scale->max().item<float>());
   pr.out_shape.push_back(T);
   pr.out_shape.push_back(N);
   return pr;
 }
 
-/* Rows by token on a GPU where the planned kernel reads gathered rows (nvfp4_matmul_cuda_gathers_rows): x's rows
- * gathered into a scratch tensor (returned: alive until the launch is queued) and the problem pointed at it. */
-Tensor gather_rows_if_planned(const OpName &op, Problem &pr, const Tensor &x) {
-#ifdef NVFP4_WITH_CUDA
+/* Rows by token or quantized first (row_index, global_scale) where the planned kernel does not take them as given
+ * (nvfp4_matmul_cuda_reads_rows; the CPU kernel reads rows by token, not quantized ones): x's rows made first into a
+ * scratch tensor (returned: alive until the launch is queued), gathered (nvfp4_gather_rows_cuda) or quantized to
+ * their values, each with its expert's global scale (quantized_values' kernels, scale_offs), and the problem
+ * pointed at them. */
+Tensor prepare_rows(const OpName &op, Problem &pr, const Tensor &x) {
   nvfp4_matmul &p = pr.p;
-  if (!pr.device.is_cuda() || !p.a_index) return Tensor();
-  c10::cuda::CUDAGuard guard(pr.device);
-  if (!nvfp4_matmul_cuda_gathers_rows(&p)) return Tensor();
+  if (pr.device.is_cpu() ? !p.a_global : !p.a_index && !p.a_global) return Tensor();
   Tensor rows = at::empty({p.m, p.k}, x.options());
-  const nvfp4_status st = nvfp4_gather_rows_cuda(p.a.data, p.a_rows, p.a.row_stride, 2 * p.k, p.a_index, p.m,
-                                                 rows.data_ptr(), 2 * p.k,
-                                                 c10::cuda::getCurrentCUDAStream(pr.device.index()).stream());
-  TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
+#ifdef NVFP4_WITH_CUDA
+  if (pr.device.is_cuda()) {
+    c10::cuda::CUDAGuard guard(pr.device);
+    if (nvfp4_matmul_cuda_reads_rows(&p)) return Tensor();
+    if (!p.a_global) {
+      const nvfp4_status st = nvfp4_gather_rows_cuda(p.a.data, p.a_rows, p.a.row_stride, 2 * p.k, p.a_index, p.m,
+                                                     rows.data_ptr(), 2 * p.k,
+                                                     c10::cuda::getCurrentCUDAStream(pr.device.index()).stream());
+      TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
+    }
+  }
+#endif
+  if (p.a_global && p.m) {
+    nvfp4_quantize q{};
+    q.rows = p.m, q.k = p.k, q.batch = 1;
+    q.row_index = p.a_index, q.x_rows = x.size(0);
+    q.row_scale = p.a_global, q.scale_offs = p.offs, q.scales = p.batch;
+    q.sf_layout = NVFP4_SF_LINEAR;
+    q.values = rows.data_ptr(), q.values_type = float_type_of(x.scalar_type());
+    q.values_row_stride = p.k, q.values_batch_stride = p.m * p.k;
+    quantize_run(op.op, q, x);
+  }
   p.a.data = static_cast<const uint8_t *>(rows.const_data_ptr());
   p.a.row_stride = 2 * p.k;
-  p.a_index = nullptr, p.a_rows = 0;
+  p.a_index = nullptr, p.a_rows = 0, p.a_global = nullptr;
   return rows;
-#else
-  (void)op, (void)pr, (void)x;
-  return Tensor();
-#endif
 }
 
 Tensor grouped_mm(const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
                   const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
-                  std::optional<at::ScalarType> out_dtype, const std::optional<Tensor> &row_index) {
+                  std::optional<at::ScalarType> out_dtype, const std::optional<Tensor> &row_index,
+                  const std::optional<Tensor> &global_scale) {
   const OpName op{"nvfp4.grouped_mm"};
-  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated, row_index);
+  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated, row_index, global_scale);
   Tensor out = alloc_out(pr, x, out_type(op, out_dtype, x.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf));
   bind_out(op, pr, Arg(out, true), false);
-  const Tensor rows = gather_rows_if_planned(op, pr, x);
+  const Tensor rows = prepare_rows(op, pr, x);
   run(op, &pr.p, 1, pr.device);
   return out;
 }
 
 void grouped_mm_out(const Tensor &x, const Tensor &w, const Tensor &w_sf, const Tensor &offs,
                     const std::optional<Tensor> &alphas, const std::optional<Tensor> &alphas2, bool gated,
-                    const Tensor &out, const std::optional<Tensor> &row_index) {
+                    const Tensor &out, const std::optional<Tensor> &row_index,
+                    const std::optional<Tensor> &global_scale) {
   const OpName op{"nvfp4.grouped_mm"};
   check_writable(op, "out", out,
                  {{"x", &x}, {"w", &w}, {"w_sf", &w_sf}, {"offs", &offs}, {"alphas", alphas ? &*alphas : nullptr},
-                  {"alphas2", alphas2 ? &*alphas2 : nullptr}, {"row_index", row_index ? &*row_index : nullptr}});
-  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated, row_index);
+                  {"alphas2", alphas2 ? &*alphas2 : nullptr}, {"row_index", row_index ? &*row_index : nullptr},
+                  {"global_scale", global_scale ? &*global_scale : nullptr}});
+  Problem pr = make_grouped(op, x, w, w_sf, offs, alphas, alphas2, gated, row_index, global_scale);
   bind_out(op, pr, Arg(out, true), false);
-  const Tensor rows = gather_rows_if_planned(op, pr, x);
+  const Tensor rows = prepare_rows(op, pr, x);
   run(op, &pr.p, 1, pr.device);
 }
 
@@ -1105,7 +1129,7 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
   } else if (op == "grouped_mm" || op == "grouped_mm_gated") {
     takes(4);
     prs.push_back(make_grouped({"nvfp4.grouped_mm"}, ts[0], ts[1], ts[2], ts[3], std::nullopt, std::nullopt,
-                               op == "grouped_mm_gated", std::nullopt));
+                               op == "grouped_mm_gated", std::nullopt, std::nullopt));
   } else if (op == "group_gemm") {
     const size_t n = args.size() / 4;
     TORCH_CHECK_VALUE(n > 0 && args.size() % 4 == 0, name,
@@ -1545,9 +1569,9 @@ NVFP4_LIBRARY(NVFP4_OP_NAMESPACE, m) {
   m.def("dual_gemm_w4a4_out(Tensor x, Tensor b1, Tensor b2, Tensor sfb1, Tensor sfb2, Tensor? global_scale, "
         "Tensor? alpha1, Tensor? alpha2, Tensor(a!) out) -> ()");
   m.def("grouped_mm(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas=None, Tensor? alphas2=None, "
-        "bool gated=False, ScalarType? out_dtype=None, Tensor? row_index=None) -> Tensor");
+        "bool gated=False, ScalarType? out_dtype=None, Tensor? row_index=None, Tensor? global_scale=None) -> Tensor");
   m.def("grouped_mm_out(Tensor x, Tensor w, Tensor w_sf, Tensor offs, Tensor? alphas, Tensor? alphas2, bool gated, "
-        "Tensor(a!) out, Tensor? row_index=None) -> ()");
+        "Tensor(a!) out, Tensor? row_index=None, Tensor? global_scale=None) -> ()");
   m.def("competition_group_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, Tensor(a!)[] c) -> ()");
   m.def("competition_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor sfa_perm, Tensor sfb_perm, "
         "Tensor(a!) c) -> ()");

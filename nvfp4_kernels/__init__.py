@@ -12,7 +12,7 @@ ops in the namespace ``nvfp4`` (eager, torch.compile, CUDA graphs):
     dual_gemm_w4a16(x, b1, b2, sfb1, sfb2, *, out=None)  the dual of those
     gemm_w4a4(x, b, sfb, *, global_scale=None)           x quantized to NVFP4 in the call, times B
     dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, *, ...)        the dual of those
-    grouped_mm(x, w, w_sf, offs, *, row_index=None)      x's rows by expert (MoE): offs on the device
+    grouped_mm(x, w, w_sf, offs, *, row_index=None, ...) x's rows by expert (MoE): offs on the device
     quantize(x, *, global_scale=None, sf_layout="linear") -> (codes, scales) of x * global_scale
     quantized_values(x, *, global_scale=None, ...)       the values those codes and scales stand for
     moe_route(logits, top_k, *, scoring="softmax")       an MoE's top_k experts and weights per token

@@ -495,13 +495,13 @@ class NVFP4MoE(_NVFP4Module):
         the top_k of c among them; weights s there (divided by their sum + 1e-20 where
         norm_topk_prob), times routed_scaling_factor (ops.moe_route, one kernel);
       the token-expert pairs sorted by expert on the device (ops.moe_sort, one kernel, no host
-        sync: CUDA graphs replay any routing), each pair's row of x (w4a16: read in place through
-        row_index) -> ops.grouped_mm with gated=True: h = silu(x W1^T) * (x W3^T) in x's dtype ->
+        sync: CUDA graphs replay any routing), each pair's row of x (read through row_index, no
+        gathered copy) -> ops.grouped_mm with gated=True: h = silu(x W1^T) * (x W3^T) in x's dtype ->
         ops.grouped_mm: y = h W2^T;
       out[t] = sum over t's pairs of weight * y, in float32, rounded once (ops.moe_combine).
     mode "w4a4": each row is quantized to NVFP4 with its expert's input_scale (as NVFP4Linear does)
-    before each grouped_mm, whose exact values (e2m1 x e4m3 fits bf16 and fp16) it multiplies,
-    alpha = input_scale * weight_scale_2; "w4a16": the rows as they are, alpha = weight_scale_2.
+    by each grouped_mm (its global_scale), whose exact values (e2m1 x e4m3 fits bf16 and fp16) it
+    multiplies, alpha = input_scale * weight_scale_2; "w4a16": the rows as they are, alpha = weight_scale_2.
 
     ``dtype``: the activations' dtype the experts are laid out for. A bfloat16 MoE on a GPU holds
     w13_weight and w2_weight repacked for bf16 (``ops.pack_bf16_pairs``: int32 [E, 2I, H/8] and
@@ -593,18 +593,6 @@ class NVFP4MoE(_NVFP4Module):
                              n_group=self.n_group, topk_group=self.topk_group, renormalize=self.norm_topk_prob,
                              scale=self.routed_scaling_factor)
 
-    def _rows(self, x: torch.Tensor, global_scale: Optional[torch.Tensor], expert_of_row: torch.Tensor,
-              token_of_row: Optional[torch.Tensor] = None):
-        """(rows, row_index) for a grouped_mm: the rows grouped by expert are x's rows token_of_row (or
-        x as it is). w4a4: each row quantized with its expert's global scale (1 / input_scale), as exact
-        values in x's dtype, gathered and quantized by one kernel (ops.quantized_values); w4a16: x and
-        the index, which grouped_mm reads the rows by (no gathered copy). Device ops only (a CUDA graph
-        captures them)."""
-        if self.mode == "w4a16":
-            return x, token_of_row
-        return ops.quantized_values(x, global_scale=global_scale, row_index=token_of_row,
-                                    scale_index=expert_of_row), None
-
     def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None,
                 topk: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
         """x [T, H] and either router_logits [T, E] (routed by ``route``) or topk = (weights [T, top_k],
@@ -627,17 +615,18 @@ class NVFP4MoE(_NVFP4Module):
                 got = [(getattr(v, "dtype", type(v).__name__), tuple(getattr(v, "shape", ()))) for v in (weights, ids)]
                 raise ValueError(f"NVFP4MoE: topk must be (float weights, integer expert ids), each [T={t}, "
                                  f"top_k={k}] on x's device, got {got}")
-        token_of_row, expert_of_row, row_of_pair, offs = ops.moe_sort(ids, self.num_experts)
+        token_of_row, _, row_of_pair, offs = ops.moe_sort(ids, self.num_experts)
         if x.dtype != torch.bfloat16 and self.w13_weight.dtype == torch.int32:
             # laid out for bf16: back to the checkpoint's bytes, which fp16 values take too (once; an MoE
             # meant for fp16 is built, or converted, with dtype float16)
             self._relayout(to_int32=False)
+        # the rows by token read through token_of_row (no gathered copy); w4a4: each quantized with its expert's
+        # global scale (1 / input_scale) by the grouped_mm
         w4a4 = self.mode == "w4a4"
-        rows, index = self._rows(x, self._w13_input_global if w4a4 else None, expert_of_row, token_of_row)
-        h = ops.grouped_mm(rows, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,
-                           alphas2=self._alpha3, gated=True, row_index=index)
-        h, _ = self._rows(h, self._w2_input_global if w4a4 else None, expert_of_row)
-        y = ops.grouped_mm(h, self.w2_weight, self.w2_weight_scale, offs, alphas=self._alpha2)
+        h = ops.grouped_mm(x, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1, alphas2=self._alpha3,
+                           gated=True, row_index=token_of_row, global_scale=self._w13_input_global if w4a4 else None)
+        y = ops.grouped_mm(h, self.w2_weight, self.w2_weight_scale, offs, alphas=self._alpha2,
+                           global_scale=self._w2_input_global if w4a4 else None)
         return ops.moe_combine(y, row_of_pair, weights)
 
     def extra_repr(self) -> str:

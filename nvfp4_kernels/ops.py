@@ -175,7 +175,7 @@ def dual_gemm_w4a4(x, b1, b2, sfb1, sfb2, *, global_scale: Alpha = None, out: Op
 
 def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alphas2: Optional[torch.Tensor] = None,
                gated: bool = False, out: Optional[torch.Tensor] = None, out_dtype: OutDtype = None,
-               row_index: Optional[torch.Tensor] = None) -> torch.Tensor:
+               row_index: Optional[torch.Tensor] = None, global_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Rows grouped by expert (a mixture of experts), as torch._grouped_mm takes them: x [T, K]
     fp16 / bf16 holds every expert's rows, sorted by expert; expert e takes rows offs[e - 1] ..
     offs[e] (offs[-1] = 0) times its NVFP4 weights w[e] ([E, N, K/2], scales w_sf linear [E, N,
@@ -191,10 +191,17 @@ def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alpha
     expert, offs at most R; out [R, N]), read where they lie, not gathered first (an MoE's token of
     each pair: moe_sort's token_of_row). An index outside [0, T) is an error on the CPU (and under
     NVFP4_CHECK_OFFS=1); a CUDA kernel reads such a row as zeros.
+    global_scale: None, or float32 [E] on x's device (finite, positive; checked on the CPU only):
+    W4A4, each row quantized to NVFP4 with its expert's global scale first, the product taken on
+    the values its codes and scales stand for (with row_index: exactly grouped_mm(quantized_values(
+    x, global_scale=global_scale, row_index=row_index, scale_index=expert of each row), ...), a CUDA
+    kernel's row outside x NaN as there); the alphas carry 1 / global_scale. Where the kernel can,
+    in the pass that lays the rows out for it, else by a quantized_values kernel first.
     """
     if out is None:
-        return torch.ops.nvfp4.grouped_mm(x, w, w_sf, offs, alphas, alphas2, gated, out_dtype, row_index)
-    torch.ops.nvfp4.grouped_mm_out(x, w, w_sf, offs, alphas, alphas2, gated, out, row_index)
+        return torch.ops.nvfp4.grouped_mm(x, w, w_sf, offs, alphas, alphas2, gated, out_dtype, row_index,
+                                          global_scale)
+    torch.ops.nvfp4.grouped_mm_out(x, w, w_sf, offs, alphas, alphas2, gated, out, row_index, global_scale)
     return out
 
 

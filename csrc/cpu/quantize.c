@@ -27,7 +27,9 @@ nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1)
   if (q->x_type != NVFP4_F32 || q->k <= 0 || q->k % 16) return NVFP4_ERR_INVALID;
   if (q->values && q->values_type != NVFP4_F32 && q->values_type != NVFP4_F16 && q->values_type != NVFP4_BF16)
     return NVFP4_ERR_INVALID;
-  if ((q->row_index && (!q->values || q->batch != 1)) || (q->scale_index && !q->row_scale)) return NVFP4_ERR_INVALID;
+  if ((q->row_index && (!q->values || q->batch != 1)) || (q->scale_index && !q->row_scale) ||
+      (q->scale_offs && (!q->row_scale || q->scale_index || q->batch != 1 || q->scales < 1)))
+    return NVFP4_ERR_INVALID;
   for (int64_t l = 0; l < q->batch; l++)
     for (int64_t r = r0; r < r1 && r < q->rows; r++)
       if ((q->row_index && (q->row_index[r] < 0 || q->row_index[r] >= q->x_rows)) ||
@@ -39,7 +41,9 @@ nvfp4_status nvfp4_quantize_cpu(const nvfp4_quantize *q, int64_t r0, int64_t r1)
     const float *xl = (const float *)q->x + l * q->x_batch_stride;
     uint8_t *sf = q->values ? NULL : q->sf + l * q->sf_batch_stride;
     for (int64_t r = r0; r < r1; r++) {
-      const int64_t scale_at = q->scale_index && r < q->rows ? q->scale_index[l * q->rows + r] : l * q->rows + r;
+      const int64_t scale_at = q->scale_index && r < q->rows ? q->scale_index[l * q->rows + r]
+                               : q->scale_offs ? nvfp4_expert_of_row(q->scale_offs, q->scales, r)
+                                               : l * q->rows + r;
       const float g = q->row_scale ? (r < q->rows ? q->row_scale[scale_at] : 1.0f)
                                    : q->scale_ptr ? *q->scale_ptr : q->scale;
       if (q->values) {

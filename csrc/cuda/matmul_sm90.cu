@@ -290,25 +290,55 @@ __device__ __forceinline__ float4 sum_partials(uint32_t addr, int split) {
 }
 #endif
 
-/* A 16-bit activation row's K step (the 128 bytes at `row`) as the fp16
- * tile's chunks 0..7, permuted as produce16 permutes them: natural chunk
- * 2q + h (8 values) -> word q of tile chunks nvfp4_act16_chunk(i, h)
+/* A 16-bit activation row's K step, 8 chunks of 8 values in natural order
+ * (n), as the fp16 tile's chunks 0..7, permuted as produce16 permutes them:
+ * natural chunk 2q + h -> word q of tile chunks nvfp4_act16_chunk(i, h)
  * (nvfp4_act16_words). */
 template <int AT>
-__device__ __forceinline__ void act16_chunks(const uint8_t *row, uint4 (&out)[8]) {
+__device__ __forceinline__ void act16_chunks(const uint4 (&n)[8], uint4 (&out)[8]) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     uint32_t d[4][4];
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       uint32_t w[4];
-      nvfp4_act16_words<AT>(__ldg(reinterpret_cast<const uint4 *>(row + 16 * (2 * q + h))), w);
+      nvfp4_act16_words<AT>(n[2 * q + h], w);
 #pragma unroll
       for (int i = 0; i < 4; i++) d[i][q] = w[i];
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) out[nvfp4_act16_chunk<AT>(i, h)] = make_uint4(d[i][0], d[i][1], d[i][2], d[i][3]);
   }
+}
+
+template <int AT>
+__device__ __forceinline__ void act16_chunks(const uint8_t *row, uint4 (&out)[8]) {
+  uint4 n[8];
+#pragma unroll
+  for (int c = 0; c < 8; c++) n[c] = __ldg(reinterpret_cast<const uint4 *>(row) + c);
+  act16_chunks<AT>(n, out);
+}
+
+/* 16 16-bit values (chunks c0, c1, natural order) replaced by their
+ * quantization's values with global scale g (nvfp4_quantize_block_device,
+ * nvfp4_block_values16: quantized_values' numbers). */
+template <bool BF16>
+__device__ __forceinline__ void quantized_block16(uint4 &c0, uint4 &c1, float g) {
+  const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    if constexpr (BF16) {
+      x[2 * i] = __uint_as_float(w[i] << 16), x[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[i]));
+      x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+  }
+  uint32_t codes[2], v[8];
+  const uint32_t sf = nvfp4_quantize_block_device(x, g, reinterpret_cast<uint8_t *>(codes));
+  nvfp4_block_values16<BF16>(codes, sf, v);
+  c0 = make_uint4(v[0], v[1], v[2], v[3]), c1 = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
 /* The pre-pass: CTA i decodes blocks i, i + gridDim.x, ...; thread r row r
@@ -372,12 +402,14 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
 }
 
 /* The pre-pass of rows grouped by expert (Predecoded, by expert): CTA c
- * writes K steps EXPERT_PRE_STEPS (c % pieces) onwards of row tile c / pieces,
+ * writes K steps STEPS (c % pieces) onwards of row tile c / pieces,
  * found as the main kernel finds it (expert_tile), each step's rows x 128
  * bytes by one bulk copy; rows by token (a_index) read where they are, an
- * index outside x as a row of zeros (as w4a16.cu's tiles read it). */
-template <int AT>
-__global__ void __launch_bounds__(PRE_THREADS, 8)
+ * index outside x as a row of zeros (as w4a16.cu's tiles read it). QUANT
+ * (a_global): each row quantized with its expert's global scale on the way
+ * (W4A4: the values quantized_values gives, NaN for an index outside x). */
+template <int AT, bool QUANT>
+__global__ void __launch_bounds__(PRE_THREADS, QUANT ? 4 : 8)
     expert_predecode_kernel(const __grid_constant__ nvfp4_matmul p, const __grid_constant__ Predecoded pre,
                             int pieces) {
 #if NVFP4_SM90A
@@ -391,7 +423,8 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
   const int r = threadIdx.x, ksteps = (int)(p.k / KSTEP);
   const int64_t m0 = found[1];
   const int rows = (int)std::min<int64_t>(128, found[2] - m0);
-  const int s0 = (int)(blockIdx.x % (unsigned)pieces) * EXPERT_PRE_STEPS, s1 = min(ksteps, s0 + EXPERT_PRE_STEPS);
+  constexpr int STEPS = QUANT ? EXPERT_PRE_STEPS_QUANT : EXPERT_PRE_STEPS;
+  const int s0 = (int)(blockIdx.x % (unsigned)pieces) * STEPS, s1 = min(ksteps, s0 + STEPS);
   int64_t src = m0 + r;
   bool ok = r < rows;
   if (ok && p.a_index) {
@@ -399,10 +432,24 @@ __global__ void __launch_bounds__(PRE_THREADS, 8)
     ok = src >= 0 && src < p.a_rows;
   }
   const uint8_t *row = p.a.data + (ok ? src : 0) * p.a.row_stride;
+  /* QUANT: the expert's global scale; a row outside A: NaN (quantize.cu's convention) */
+  const float g = QUANT ? (ok || r >= rows ? p.a_global[found[0]] : __int_as_float(0x7FC00000)) : 0.0f;
   uint8_t *dst = pre.a16 + m0 * ksteps * 128; /* the tile's steps, rows x 128 bytes each */
   for (int s = s0; s < s1; s++) {
     uint4 out[8] = {};
-    if (ok) act16_chunks<AT>(row + s * 128, out);
+    if constexpr (QUANT) {
+      if (r < rows) {
+        uint4 n[8] = {};
+        if (ok)
+#pragma unroll
+          for (int c = 0; c < 8; c++) n[c] = __ldg(reinterpret_cast<const uint4 *>(row + s * 128) + c);
+#pragma unroll
+        for (int b = 0; b < 4; b++) quantized_block16<AT != NVFP4_F16>(n[2 * b], n[2 * b + 1], g);
+        act16_chunks<AT>(n, out);
+      }
+    } else if (ok) {
+      act16_chunks<AT>(row + s * 128, out);
+    }
     if (r == 0) bulk_wait_read(); /* the previous step's copy has read the tile */
     __syncthreads();
     if (r < rows)
@@ -1220,14 +1267,16 @@ cudaError_t launch_predecode(const MatmulTable &t, const Predecoded &pre, cudaSt
 }
 
 /* The by-expert pre-pass (expert_predecode_kernel): pieces of
- * EXPERT_PRE_STEPS K steps of every row tile of the bound. */
+ * EXPERT_PRE_STEPS (_QUANT) K steps of every row tile of the bound. */
 template <int AT>
 cudaError_t launch_expert_predecode(const nvfp4_matmul &p, const Predecoded &pre, cudaStream_t stream) {
-  const int64_t ksteps = p.k / KSTEP, pieces = (ksteps + EXPERT_PRE_STEPS - 1) / EXPERT_PRE_STEPS;
+  const int64_t steps = p.a_global ? EXPERT_PRE_STEPS_QUANT : EXPERT_PRE_STEPS;
+  const int64_t ksteps = p.k / KSTEP, pieces = (ksteps + steps - 1) / steps;
   const int64_t ctas = expert_row_tiles(p, 128) * pieces;
   if (ctas == 0) return cudaSuccess;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return launch_pre_pass(expert_predecode_kernel<AT>, ctas, stream, p, pre, (int)pieces);
+  return p.a_global ? launch_pre_pass(expert_predecode_kernel<AT, true>, ctas, stream, p, pre, (int)pieces)
+                    : launch_pre_pass(expert_predecode_kernel<AT, false>, ctas, stream, p, pre, (int)pieces);
 }
 
 /* Pre-decoded and stream-K where the plan says so and the caller gives the
@@ -1252,7 +1301,7 @@ cudaError_t launch_tiles(const Launch &L, nvfp4_workspace_fn ws_fn, void *ctx, c
     else e = launch_predecode<AT>(t, pre, stream);
     if (e != cudaSuccess) return e;
   }
-  if (t.p[0].a_index && !pre.a16) return cudaErrorMemoryAllocation; /* rows by token: read by the pre-pass alone */
+  if ((t.p[0].a_index || t.p[0].a_global) && !pre.a16) return cudaErrorMemoryAllocation; /* the pre-pass's alone */
   if (ws && L.cover.sk_ctas) {
     uint8_t *base = static_cast<uint8_t *>(ws) + L.a16_bytes();
     sk.ws = reinterpret_cast<float *>(base);
@@ -1322,7 +1371,8 @@ bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
    * expert: W4A16 only */
   if (w4a16 && !rows_aligned(p.a, 16)) return false;
   if (p.offs && !w4a16) return false;
-  if (p.a_index && !sm90::expert_predecodes(p)) return false; /* rows by token: through the pre-pass only */
+  /* rows by token, rows quantized first: through the pre-pass only */
+  if ((p.a_index || p.a_global) && !sm90::expert_predecodes(p)) return false;
   return (w4a16 || cp_async_ok(p.a)) && cp_async_ok(p.b) && (!p.b2.data || cp_async_ok(p.b2));
 }
 

@@ -104,7 +104,9 @@ struct Predecoded {
 };
 
 constexpr int PRE_THREADS = 128;     /* one per row of a block */
-constexpr int EXPERT_PRE_STEPS = 16; /* K steps of a tile per CTA of the by-expert pre-pass */
+/* K steps of a tile per CTA of the by-expert pre-pass; 4 where it quantizes (an ALU-bound step, CTAs enough to
+ * fill the device at T = 512) */
+constexpr int EXPERT_PRE_STEPS = 16, EXPERT_PRE_STEPS_QUANT = 4;
 
 /* Rows grouped by expert that a workspace lets the pre-pass lay out (and
  * gather, for rows by token): 128-row tiles, at least PRE_MIN_STEPS K steps,

@@ -125,12 +125,13 @@ Launch plan_launch(const nvfp4_matmul *problems, int count, bool workspace, int 
     L.t.tile_start[1] = (int32_t)std::min<int64_t>(L.tiles, INT32_MAX);
     L.ksteps = p.k / KSTEP;
     L.cover = Cover{1, 0, (double)L.ksteps};
-    /* The pre-pass lays the rows out: rows by token always (it gathers them, as the caller would), the others
-     * where at least 16 column tiles share its pass over them (MoE blocks, H200, 2026-11-30, bench_moe, against
-     * no pre-pass: DeepSeek-V3 W4A4 at T = 512, 4096 (gate/up 16 column tiles, down 28) 0.85-0.92x the time;
-     * Qwen3-30B-A3B W4A4 (gate/up 6) 1.00-1.04x) and not where a test's variant asks for none. */
+    /* The pre-pass lays the rows out: rows by token or quantized first always (it gathers and quantizes them, as
+     * the caller would), rows as given where at least 16 column tiles share its pass over them (MoE blocks, H200,
+     * 2026-11-30, bench_moe, W4A4 rows quantized by a kernel before, against no pre-pass: DeepSeek-V3 at T = 512,
+     * 4096 (gate/up 16 column tiles, down 28) 0.85-0.92x the time; Qwen3-30B-A3B (gate/up 6) 1.00-1.04x) and not
+     * where a test's variant asks for none. */
     const int64_t tiles_n = (p.n + out_cols - 1) / out_cols;
-    if (ws_ok && expert_predecodes(p) && (p.a_index || (!no_pre && tiles_n >= 16)))
+    if (ws_ok && expert_predecodes(p) && (p.a_index || p.a_global || (!no_pre && tiles_n >= 16)))
       L.a16_blk[1] = (int32_t)((p.m * L.ksteps + 127) / 128); /* 16 KB blocks holding the rows' m x K x 2 bytes */
     return L;
   }

@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(32 * SORT_MAX_WARPS) moe_sort_place_kernel(con
 constexpr int COMBINE_THREADS = 256;
 
 /* Gather (grouped_mm's rows by token where its kernel reads gathered rows,
- * nvfp4_matmul_cuda_gathers_rows): thread = one W-byte chunk of one row. */
+ * nvfp4_matmul_cuda_reads_rows): thread = one W-byte chunk of one row. */
 template <typename W>
 __global__ void __launch_bounds__(COMBINE_THREADS)
     gather_rows_kernel(const uint8_t *x, int64_t x_rows, int64_t x_stride, const int32_t *index, int64_t rows,

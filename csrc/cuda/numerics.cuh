@@ -269,6 +269,24 @@ __device__ __forceinline__ void nvfp4_values_f16x8(uint32_t w, uint32_t s2, uint
   v[0] = prmt(h[0], h[2], 0x5410u), v[1] = prmt(h[0], h[2], 0x7632u), v[2] = prmt(h[1], h[3], 0x5410u),
   v[3] = prmt(h[1], h[3], 0x7632u);
 }
+
+/* A block's 16 quantized values from its codes (8 bytes as two words) and
+ * scale byte: 16-bit words in memory order, bf16 or fp16 (the two above). */
+template <bool BF16>
+__device__ __forceinline__ void nvfp4_block_values16(const uint32_t (&w)[2], uint32_t sf, uint32_t (&v)[8]) {
+  const float s = nvfp4_e4m3x2_to_float2(sf).x;
+  if constexpr (BF16) {
+    const uint32_t sb = __float_as_uint(s) >> 16; /* exact: an e4m3 value has 4 significant bits */
+    nvfp4_values_bf16x8(w[0], sb | sb << 16, *reinterpret_cast<uint32_t(*)[4]>(v));
+    nvfp4_values_bf16x8(w[1], sb | sb << 16, *reinterpret_cast<uint32_t(*)[4]>(v + 4));
+  } else {
+    const __half2 h = __float2half2_rn(s * NVFP4_TC_UNSCALE_F16);
+    uint32_t s2;
+    memcpy(&s2, &h, 4);
+    nvfp4_values_f16x8(w[0], s2, *reinterpret_cast<uint32_t(*)[4]>(v));
+    nvfp4_values_f16x8(w[1], s2, *reinterpret_cast<uint32_t(*)[4]>(v + 4));
+  }
+}
 #endif
 
 /* Two e4m3 scale bytes -> bf16x2 {s0 * 2^119, s1 * 2^119}, exact, NaN kept. */

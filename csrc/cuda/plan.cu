@@ -166,8 +166,10 @@ bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   if (k == Kernel::W4A16 ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false; /* W4A16: w4a16.cu, or wgmma */
   /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma; rows by token (a_index) too, wgmma through
-   * its pre-pass only (matmul_sm90_can_run; else nvfp4_matmul_cuda_gathers_rows) */
+   * its pre-pass only (matmul_sm90_can_run; else nvfp4_matmul_cuda_reads_rows); rows quantized first (a_global)
+   * there alone */
   if (p.offs && (!w4a16 || (k != Kernel::W4A16 && k != Kernel::WGMMA))) return false;
+  if (p.a_global && k != Kernel::WGMMA) return false;
   switch (k) {
     case Kernel::W4A16: return w4a16_can_run(p, dev);
     case Kernel::GEMV_DP4A: return gemv_dp4a_can_run(p, dev);
@@ -270,7 +272,7 @@ bool valid(const nvfp4_matmul *problems, int count) {
     if (!empty(p) && !(p.a.data && p.b.data && (p.a.sf || !fp4) && p.b.sf && p.c && (!p.b2.data || p.b2.sf)))
       return false;
     if (p.offs && (count > 1 || p.a.batch_stride || p.c_batch_stride || p.bias)) return false;
-    if (p.a_index && (!p.offs || fp4 || p.a_rows < 0)) return false; /* rows by token: 16-bit rows by expert */
+    if ((p.a_index || p.a_global) && (!p.offs || fp4 || p.a_rows < 0)) return false; /* 16-bit rows by expert */
   }
   return true;
 }
@@ -331,18 +333,19 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
 
 /* Rows by token (a_index) are read in place by w4a16.cu's tiles (MoE blocks at T = 8, 64: 0.96-1.00x the time
  * of gathered rows, one launch fewer) and gathered by the wgmma kernel's pre-pass where it has one
- * (expert_predecodes); where the problem's plan without them is the wgmma kernel otherwise, the caller gathers
- * them first: its producer took rows in place 1.08-1.15x the time (H200, 2026-11-30, against dbefc1b's kernels,
- * bench_moe W4A16 T = 4096: DeepSeek-V3 8554 -> 9445 us uniform, 6746 -> 7733 skewed; Qwen3-30B-A3B 1047 ->
- * 1131, 976 -> 1054). */
-extern "C" int nvfp4_matmul_cuda_gathers_rows(const nvfp4_matmul *p) {
-  if (!p->a_index) return 0;
-  nvfp4_matmul q = *p;
-  q.a_index = nullptr;
+ * (expert_predecodes), which also quantizes rows (a_global); where the plan is the wgmma kernel otherwise, the
+ * caller gathers them first: its producer took rows in place 1.08-1.15x the time (H200, 2026-11-30, against
+ * dbefc1b's kernels, bench_moe W4A16 T = 4096: DeepSeek-V3 8554 -> 9445 us uniform, 6746 -> 7733 skewed;
+ * Qwen3-30B-A3B 1047 -> 1131, 976 -> 1054). */
+extern "C" int nvfp4_matmul_cuda_reads_rows(const nvfp4_matmul *p) {
+  if (!p->a_index && !p->a_global) return 1;
   const DeviceInfo &dev = device_info();
-  if (plan_call(&q, 1, dev).kernel != Kernel::WGMMA) return 0;
-  const Plan with = plan_call(p, 1, dev); /* wgmma reads them itself unless forced to go without its pre-pass */
-  return with.kernel != Kernel::WGMMA || with.option != 0;
+  nvfp4_matmul q = *p; /* the kernel is the plain rows' (a wgmma launch for a_global alone at T = 64 took 1.2-1.4x) */
+  q.a_index = nullptr, q.a_global = nullptr;
+  const Plan plain = plan_call(&q, 1, dev);
+  if (plain.kernel == Kernel::WGMMA) /* through its pre-pass, unless forced without it */
+    return plain.option == 0 && can_run(Kernel::WGMMA, *p, dev);
+  return plain.kernel == Kernel::W4A16 && !p->a_global;
 }
 
 extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems, int count, char *buf, size_t len) {

@@ -81,20 +81,7 @@ __device__ __forceinline__ void store_values(T *p, const uint8_t (&codes)[8], ui
   if constexpr (VEC && !std::is_same_v<T, float>) {
     uint32_t w[2], v[8];
     memcpy(w, codes, 8);
-    const float s = nvfp4_e4m3x2_to_float2(sf).x;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      const __nv_bfloat162 b = __float2bfloat162_rn(s);
-      uint32_t s2;
-      memcpy(&s2, &b, 4);
-      nvfp4_values_bf16x8(w[0], s2, *reinterpret_cast<uint32_t(*)[4]>(v));
-      nvfp4_values_bf16x8(w[1], s2, *reinterpret_cast<uint32_t(*)[4]>(v + 4));
-    } else {
-      const __half2 h = __float2half2_rn(s * NVFP4_TC_UNSCALE_F16);
-      uint32_t s2;
-      memcpy(&s2, &h, 4);
-      nvfp4_values_f16x8(w[0], s2, *reinterpret_cast<uint32_t(*)[4]>(v));
-      nvfp4_values_f16x8(w[1], s2, *reinterpret_cast<uint32_t(*)[4]>(v + 4));
-    }
+    nvfp4_block_values16<std::is_same_v<T, __nv_bfloat16>>(w, sf, v);
     reinterpret_cast<uint4 *>(p)[0] = make_uint4(v[0], v[1], v[2], v[3]);
     reinterpret_cast<uint4 *>(p)[1] = make_uint4(v[4], v[5], v[6], v[7]);
     return;
@@ -149,6 +136,8 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
       if (q.scale_index) {
         at = q.scale_index[at];
         nan_row = nan_row || at < 0 || at >= q.scales;
+      } else if (q.scale_offs) {
+        at = nvfp4_expert_of_row(q.scale_offs, q.scales, r);
       }
       g = nan_row ? 0.0f : q.row_scale[at];
     }
@@ -234,7 +223,9 @@ extern "C" nvfp4_status nvfp4_quantize_cuda(const nvfp4_quantize *q, cudaStream_
   if (q->values ? q->values_type != q->x_type || q->sf_layout != NVFP4_SF_LINEAR
                 : !aligned(q->data, 8) || q->data_row_stride % 8 || q->data_batch_stride % 8)
     return NVFP4_ERR_INVALID;
-  if ((q->row_index && (!q->values || q->batch != 1)) || (q->scale_index && !q->row_scale)) return NVFP4_ERR_INVALID;
+  if ((q->row_index && (!q->values || q->batch != 1)) || (q->scale_index && !q->row_scale) ||
+      (q->scale_offs && (!q->row_scale || q->scale_index || q->batch != 1 || q->scales < 1)))
+    return NVFP4_ERR_INVALID;
   cudaError_t e;
   switch (q->x_type) {
     case NVFP4_F32: e = launch<float>(*q, stream); break;
