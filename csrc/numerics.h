@@ -77,7 +77,8 @@ NVFP4_HD int64_t nvfp4_sf_offset(int32_t layout, int64_t row_stride, int64_t k_b
  * 4 (never read; the quantize kernels write the padding as 0). A batch holds
  * nvfp4_sf_grid_rows * nvfp4_sf_grid_cols bytes in either layout. */
 /* Row r's global scale among rows grouped by expert (nvfp4_quantize.scale_offs): the first of the experts whose
- * rows end past r (offs: their cumulative row ends, non-decreasing), the last where none. */
+ * rows end past r (offs: their cumulative row ends, non-decreasing), the last where none (quantize.cu counts the
+ * experts that end at or before r: the same for such offs). */
 NVFP4_HD int64_t nvfp4_expert_of_row(const int32_t *offs, int64_t experts, int64_t r) {
   int64_t lo = 0, hi = experts - 1;
   while (lo < hi) {
