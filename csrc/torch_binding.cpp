@@ -841,17 +841,20 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
 Tensor prepare_rows(const OpName &op, Problem &pr, const Tensor &x) {
   nvfp4_matmul &p = pr.p;
   if (pr.device.is_cpu() ? !p.a_global : !p.a_index && !p.a_global) return Tensor();
+#ifdef NVFP4_WITH_CUDA
+  std::optional<c10::cuda::CUDAGuard> guard;
+  if (pr.device.is_cuda()) {
+    guard.emplace(pr.device);
+    if (nvfp4_matmul_cuda_reads_rows(&p)) return Tensor();
+  }
+#endif
   Tensor rows = at::empty({p.m, p.k}, x.options());
 #ifdef NVFP4_WITH_CUDA
-  if (pr.device.is_cuda()) {
-    c10::cuda::CUDAGuard guard(pr.device);
-    if (nvfp4_matmul_cuda_reads_rows(&p)) return Tensor();
-    if (!p.a_global) {
-      const nvfp4_status st = nvfp4_gather_rows_cuda(p.a.data, p.a_rows, p.a.row_stride, 2 * p.k, p.a_index, p.m,
-                                                     rows.data_ptr(), 2 * p.k,
-                                                     c10::cuda::getCurrentCUDAStream(pr.device.index()).stream());
-      TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
-    }
+  if (pr.device.is_cuda() && !p.a_global) {
+    const nvfp4_status st = nvfp4_gather_rows_cuda(p.a.data, p.a_rows, p.a.row_stride, 2 * p.k, p.a_index, p.m,
+                                                   rows.data_ptr(), 2 * p.k,
+                                                   c10::cuda::getCurrentCUDAStream(pr.device.index()).stream());
+    TORCH_CHECK(st == NVFP4_OK, op, ": CUDA launch failed: ", status_text(st));
   }
 #endif
   if (p.a_global && p.m) {
