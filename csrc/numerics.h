@@ -76,23 +76,20 @@ NVFP4_HD int64_t nvfp4_sf_offset(int32_t layout, int64_t row_stride, int64_t k_b
  * blocked layout pads rows to a multiple of 128 and columns to a multiple of
  * 4 (never read; the quantize kernels write the padding as 0). A batch holds
  * nvfp4_sf_grid_rows * nvfp4_sf_grid_cols bytes in either layout. */
-/* Row r's global scale among rows grouped by expert (nvfp4_quantize.scale_offs): the first of the experts whose
- * rows end past r (offs: their cumulative row ends, non-decreasing), the last where none (quantize.cu counts the
- * experts that end at or before r: the same for such offs). */
-NVFP4_HD int64_t nvfp4_expert_of_row(const int32_t *offs, int64_t experts, int64_t r) {
-  int64_t lo = 0, hi = experts - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (offs[mid] > r) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
-}
 NVFP4_HD int64_t nvfp4_sf_grid_rows(int32_t layout, int64_t rows) {
   return layout == NVFP4_SF_LINEAR ? rows : (rows + 127) / 128 * 128;
 }
 NVFP4_HD int64_t nvfp4_sf_grid_cols(int32_t layout, int64_t k_blocks) {
   return layout == NVFP4_SF_LINEAR ? k_blocks : (k_blocks + 3) / 4 * 4;
+}
+
+/* Row r's global scale among rows grouped by expert (nvfp4_quantize.scale_offs; offs: the experts' cumulative row
+ * ends, non-decreasing): the number of experts whose rows end at or before r (the first whose rows end past it),
+ * the last where all do. quantize.cu counts the same by a warp. */
+NVFP4_HD int64_t nvfp4_expert_of_row(const int32_t *offs, int64_t experts, int64_t r) {
+  int64_t n = 0;
+  for (int64_t e = 0; e < experts; e++) n += offs[e] <= r;
+  return n < experts ? n : experts - 1;
 }
 
 /* Scale (row, kb) of batch l of an operand, as a float. */

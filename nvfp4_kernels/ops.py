@@ -420,8 +420,9 @@ def _(x, b1, b2, sfb1, sfb2, global_scale=None, alpha1=None, alpha2=None, out_dt
 
 
 @torch.library.register_fake("nvfp4::grouped_mm")
-def _(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, row_index=None):
-    _one_device("grouped_mm", (x, w, w_sf, offs) + tuple(t for t in (alphas, alphas2, row_index) if t is not None))
+def _(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, row_index=None, global_scale=None):
+    _one_device("grouped_mm", (x, w, w_sf, offs) + tuple(t for t in (alphas, alphas2, row_index, global_scale)
+                                                         if t is not None))
     n = w.shape[-2] // 2 if gated else w.shape[-2]
     rows = x.shape[0] if row_index is None else row_index.shape[0]
     return x.new_empty((rows, n), dtype=_w4a16_dtype(x, out_dtype))

@@ -264,6 +264,14 @@ def test_torch_citizen(device, gen):
     assert name == "cpu" if device == "cpu" else name.startswith(kernel) and "rows by expert" in name
     f = torch.compile(lambda x, o: nk.grouped_mm(x, w.data, w.sf, o, alphas=alphas, gated=True), fullgraph=True)
     assert torch.equal(f(x, offs), nk.grouped_mm(x, w.data, w.sf, offs, alphas=alphas, gated=True))
+    # rows by token, quantized with each expert's global scale (NVFP4MoE w4a4's call)
+    index = torch.randint(0, t, (t,), generator=gen, dtype=torch.int32).to(device)
+    g = (torch.rand(e, generator=gen) + 0.5).to(device)
+    torch.library.opcheck(torch.ops.nvfp4.grouped_mm.default,
+                          (x, u8(w.data), u8(w.sf), offs, alphas, None, True, None, index, g))
+    f = torch.compile(lambda x, o: nk.grouped_mm(x, w.data, w.sf, o, gated=True, row_index=index, global_scale=g),
+                      fullgraph=True)
+    assert torch.equal(f(x, offs), nk.grouped_mm(x, w.data, w.sf, offs, gated=True, row_index=index, global_scale=g))
 
 
 def test_gated_scales_checked_whole(device):

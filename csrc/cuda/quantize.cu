@@ -102,10 +102,9 @@ __device__ __forceinline__ void store_values(T *p, const uint8_t (&codes)[8], ui
 }
 
 /* Row r's expert (nvfp4_quantize.scale_offs; every lane of the warp asks for
- * the same r): the number of experts whose rows end at or before r, the last
- * at most (nvfp4_expert_of_row's for non-decreasing offs), counted by the
- * warp with its lanes' loads in flight together (a binary search's dependent
- * loads cost a T = 1 MoE block ~5 us). */
+ * the same r): nvfp4_expert_of_row's count, by the warp, its lanes' loads in
+ * flight together (a binary search's dependent loads cost a T = 1 MoE block
+ * ~1 us). */
 __device__ __forceinline__ int64_t expert_of_row(const int32_t *offs, int64_t experts, int64_t r, int lane) {
   int n = 0;
 #pragma unroll 8
