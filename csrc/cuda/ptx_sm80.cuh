@@ -57,6 +57,13 @@ __device__ __forceinline__ void cp_async_16(uint32_t s, const void *gmem) {
 __device__ __forceinline__ void cp_async_4(uint32_t s, const void *gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
 }
+/* ... and with `src_bytes` of them read (the rest zero-filled), as above. */
+__device__ __forceinline__ void cp_async_16(uint32_t s, const void *gmem, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_4(uint32_t s, const void *gmem, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
 
 /* Close the group of this thread's cp.async issued so far. */
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }

@@ -29,11 +29,15 @@
  * weights' decode, 8 words of 8 codes a thread (~13 instructions each,
  * numerics.cuh; bf16 ~17: codes placed as bf16 bits times the scale) and
  * their scales, ~125 (fp16) to ~175 (bf16); the activation fragments, 8 x (2
- * ld.shared.v4 + 8 prmt) = 80; the copies ~50 (inside K a thread's chunk
- * sizes are fixed; a last partial step computes them): ~4.5 (fp16) to ~5
- * (bf16) instructions per mma. At M <= 8 (one n8 tile, MW = 1, bf16) a
- * step is ~230 instructions a warp for 1024 weights: issue, not DRAM, bounds
- * a decode call (docs/PERF.md); the GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
+ * ld.shared.v4 + 8 prmt) = 80; the copies ~20 (inside K a copy's source
+ * moves on by its bytes a step at a fixed size; a last partial step computes
+ * them): ~4 (fp16) to ~4.5 (bf16) instructions per mma. At TM = 16
+ * (weights repacked for bf16; sm_90a SASS) a warp's step is ~115
+ * instructions for 1024 weights at one n8 tile, ~120 at two, ~195 for a
+ * dual's 2048: there latency, not issue, bounds it (Nsight, DeepSeek-V3
+ * experts' gate/up at T = 8, H200: issue slots 43% busy, 3.8 warps a
+ * scheduler, 0.8 of them eligible; docs/PERF.md). The GEMV kernel (below)
+ * takes M <= 32 (a dual's M <= 16).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -279,41 +283,58 @@ __device__ __forceinline__ uint32_t load_scales(const uint8_t *src, int n) {
   return w;
 }
 
-/* One K step of a warp from the step at shared address `step`: its weight m16
- * tiles (bit i of `tiles`: tile i has a column below N; smem rows w_row[i] + g
- * and w_row8[i] + g) against the first `nt` n8 tiles of activations (a_off0 /
- * a_off1: the thread's two chunks in row g). */
-template <int AT, int MW, int NT, int W_OFF, int SF_OFF>
-__device__ __forceinline__ void mma_step(uint32_t step, const int (&w_row)[MW], const int (&w_row8)[MW], uint32_t tiles,
-                                         int nt, uint32_t a_off0, uint32_t a_off1, int t, float (&acc)[MW][NT][4]) {
+/* A thread's shared-memory offsets in a step's slot: its weight row g of each
+ * m16 tile (row g + 8 is 256 bytes on), that row's scale byte (g + 8's: 32
+ * on), and its two activation chunks of row g (n8 tile j: 1024 j on). */
+template <int MW>
+struct StepOffsets {
+  uint32_t w[MW], sf[MW], a0, a1;
+};
+
+/* One K step of a warp from the slot at shared address `step`: all its weight
+ * m16 tiles (those past N are zero codes and scales) against n8 tiles of
+ * activations: the first NTU, or where NTU = 0 the first `nt` (predicated).
+ * Each accumulator adds the k16 steps in order. */
+template <int AT, int MW, int NT, int NTU>
+__device__ __forceinline__ void mma_step(uint32_t step, const StepOffsets<MW> &o, int nt, float (&acc)[MW][NT][4]) {
   uint32_t fa[MW][4][4];
 #pragma unroll
-  for (int i = 0; i < MW; i++)
-    if (tiles >> i & 1) {
-      const uint32_t r0 = w_row[i], r8 = w_row8[i];
-      const uint2 v0 = ld_shared_u2(step + W_OFF + r0 * 32 + 8 * t), v1 = ld_shared_u2(step + W_OFF + r8 * 32 + 8 * t);
-      const uint32_t sb = ld_shared_u8(step + SF_OFF + r0 * 4 + t) | ld_shared_u8(step + SF_OFF + r8 * 4 + t) << 8;
-      nvfp4_wgmma_a_fragments16<AT>(v0, v1, sb, fa[i]); /* straight to the activations' type */
-    }
+  for (int i = 0; i < MW; i++) {
+    const uint32_t w = step + o.w[i], sf = step + o.sf[i];
+    const uint2 v0 = ld_shared_u2(w), v1 = ld_shared_u2(w + 8 * 32);
+    const uint32_t sb = ld_shared_u8(sf) | ld_shared_u8(sf + 8 * 4) << 8;
+    nvfp4_wgmma_a_fragments16<AT>(v0, v1, sb, fa[i]); /* straight to the activations' type */
+  }
+  auto b_of = [&](int j, uint32_t (&bx)[4], uint32_t (&by)[4]) { /* k16 step s: x's slots (values 16 t + 0..7), y's */
+    const uint4 x = ld_shared_u4(step + o.a0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + o.a1 + j * 8 * 2 * KSTEP);
+    nvfp4_act16_b<AT>(x, y, bx, by); /* in the decoder's K order */
+  };
+  auto mma = [&](float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (nvfp4_at_bf16(AT)) mma_16816_bf16(d, a, b0, b1);
+    else mma_16816(d, a, b0, b1);
+  };
+  if constexpr (NTU > 0) { /* every n8 tile's fragments first, then their mma alternate */
+    uint32_t bx[NTU][4], by[NTU][4];
 #pragma unroll
-  for (int j = 0; j < NT; j++)
-    if (j < nt) {
-      const uint4 x = ld_shared_u4(step + a_off0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + a_off1 + j * 8 * 2 * KSTEP);
-      /* k16 step s: its k slots from x (values 16 t + 0..7) and y (+ 8..15) in the decoder's K order */
-      uint32_t bx[4], by[4];
-      nvfp4_act16_b<AT>(x, y, bx, by);
+    for (int j = 0; j < NTU; j++) b_of(j, bx[j], by[j]);
+#pragma unroll
+    for (int s = 0; s < 4; s++)
 #pragma unroll
       for (int i = 0; i < MW; i++)
-        if (tiles >> i & 1) {
 #pragma unroll
-          for (int s = 0; s < 4; s++) {
-            if (nvfp4_at_bf16(AT))
-              mma_16816_bf16(acc[i][j], fa[i][s], bx[s], by[s]);
-            else
-              mma_16816(acc[i][j], fa[i][s], bx[s], by[s]);
-          }
-        }
-    }
+        for (int j = 0; j < NTU; j++) mma(acc[i][j], fa[i][s], bx[j][s], by[j][s]);
+  } else { /* one n8 tile at a time (8 tiles' fragments at once would spill) */
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+      if (j < nt) {
+        uint32_t bx[4], by[4];
+        b_of(j, bx, by);
+#pragma unroll
+        for (int i = 0; i < MW; i++)
+#pragma unroll
+          for (int s = 0; s < 4; s++) mma(acc[i][j], fa[i][s], bx[s], by[s]);
+      }
+  }
 }
 
 /* Where a thread's outputs go: c of the batch, as bytes. */
@@ -450,18 +471,19 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   /* n8 tiles with a row below M (>= 1: the tile exists) */
   const int nt = (int)std::min<int64_t>(NT, (m_end - m0 + 7) / 8);
-  /* the warp's m16 tiles: smem rows of g and g + 8, first output column, and
-   * which have a column below N */
-  int w_row[MW], w_row8[MW];
+  /* the warp's m16 tiles (smem rows r .. r + 15: the thread reads rows g and
+   * g + 8, 8 bytes and the scale byte of its block tq), which have a column
+   * below N; the thread's two activation chunks (2 tq, 2 tq + 1) of row g,
+   * swizzled */
+  StepOffsets<MW> off;
   uint32_t tiles = 0;
 #pragma unroll
   for (int i = 0; i < MW; i++) {
     const int r = DUAL ? i * (S::TW / 2) + 16 * warp : 16 * (MW * warp + i);
-    w_row[i] = r + g, w_row8[i] = r + 8 + g;
+    off.w[i] = S::W_OFF + (r + g) * 32 + 8 * tq, off.sf[i] = S::SF_OFF + (r + g) * 4 + tq;
     tiles |= (n0 + (DUAL ? 16 * warp : r) < p.n ? 1u : 0u) << i;
   }
-  /* the thread's two activation chunks (2 tq, 2 tq + 1) of row g, swizzled */
-  const uint32_t a_off0 = g * 2 * KSTEP + 32 * tq + 16 * (g & 1), a_off1 = g * 2 * KSTEP + 32 * tq + 16 * (~g & 1);
+  off.a0 = g * 2 * KSTEP + 32 * tq + 16 * (g & 1), off.a1 = g * 2 * KSTEP + 32 * tq + 16 * (~g & 1);
 
   float acc[MW][NT][4];
 #pragma unroll
@@ -492,30 +514,24 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
     const int64_t left = k_blocks - 4 * (k0 + s);
     return !cp.sf_ok || left <= 0 ? 0 : left < 4 ? (int)left : 4;
   };
-  /* A step inside K (before the last, where K % 64 != 0) copies whole chunks of the rows that exist: its
-   * sizes are the thread's own for every such step, and every address it forms is in its row. */
+  /* The last step, where K % 64 != 0: chunks cut at the row's end (whole steps: the fast path's ring below). */
   const int64_t whole_steps = p.k / KSTEP;
-  auto copy_sized = [&](int s, auto whole) {
-    constexpr bool WHOLE = decltype(whole)::value;
+  auto copy_partial = [&](int s) {
 #pragma unroll
     for (int q = 0; q < S::NA; q++)
       if (cp.act_copy >> q & 1) {
-        const int n = WHOLE ? (cp.act_ok >> q & 1) * 16 : a_n(s, q);
-        cp_async_16(smem + a_dst(s, q), WHOLE || n ? cp.act(q) + (k0 + s) * 128 + 16 * a_chunk : cp.act0, (uint32_t)n);
+        const int n = a_n(s, q);
+        cp_async_16(smem + a_dst(s, q), n ? cp.act(q) + (k0 + s) * 128 + 16 * a_chunk : cp.act0, (uint32_t)n);
       }
 #pragma unroll
     for (int q = 0; q < MW; q++) {
-      const int n = WHOLE ? (cp.w_ok >> q & 1) * 16 : w_n(s, q);
-      cp_async_16(smem + w_dst(s, q), WHOLE || n ? cp.w[q] + (k0 + s) * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
+      const int n = w_n(s, q);
+      cp_async_16(smem + w_dst(s, q), n ? cp.w[q] + (k0 + s) * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
     }
     if (cp.sf_copy) {
-      const int n = WHOLE ? (cp.sf_ok ? 4 : 0) : sf_n(s);
-      cp_async_4(smem + sf_dst(s), WHOLE || n ? cp.sf + (k0 + s) * cp.sf_step : cp.sf, (uint32_t)n);
+      const int n = sf_n(s);
+      cp_async_4(smem + sf_dst(s), n ? cp.sf + (k0 + s) * cp.sf_step : cp.sf, (uint32_t)n);
     }
-  };
-  auto copy_step = [&](int s) {
-    if (k0 + s < whole_steps) copy_sized(s, std::true_type{});
-    else copy_sized(s, std::false_type{});
   };
   uint4 st_a[S::NA], st_w[MW];
   uint32_t st_sf = 0;
@@ -536,32 +552,71 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   };
 
   static_assert(S::STAGES >= 2, "a step in flight while one is read");
+  const uint32_t base = (uint32_t)opaque((int)smem_addr(smem)); /* computed once, not again in the loop */
+  if constexpr (FAST) {
+    /* Steps inside K (all but a last partial one): each copy's source moves
+     * on by its bytes a step, its size and its place in a slot stay. The
+     * slot of step s + STAGES - 1, written at step s, is step s - 1's. */
+    const uint8_t *a_src[S::NA], *w_src[MW], *sf_src = cp.sf + k0 * cp.sf_step;
+    uint32_t a_n[S::NA], w_n[MW], a_at[S::NA], w_at[MW];
 #pragma unroll
-  for (int s = 0; s < S::STAGES - 1; s++) {
-    if (s < steps) {
-      if constexpr (FAST) {
-        copy_step(s);
+    for (int q = 0; q < S::NA; q++)
+      a_src[q] = cp.act(q) + k0 * 128 + 16 * a_chunk, a_n[q] = (cp.act_ok >> q & 1) * 16, a_at[q] = a_dst(0, q);
+#pragma unroll
+    for (int q = 0; q < MW; q++)
+      w_src[q] = cp.w[q] + k0 * 32 + 16 * w_half, w_n[q] = (cp.w_ok >> q & 1) * 16, w_at[q] = w_dst(0, q);
+    const uint32_t sf_n = cp.sf_ok ? 4 : 0, sf_at = sf_dst(0);
+    const int whole = (int)std::max<int64_t>(0, std::min<int64_t>(steps, whole_steps - k0));
+    auto copy = [&](int s, uint32_t slot) { /* step s, the sources at it */
+      if (s < whole) {
+#pragma unroll
+        for (int q = 0; q < S::NA; q++)
+          if (cp.act_copy >> q & 1) cp_async_16(slot + a_at[q], a_src[q], a_n[q]);
+#pragma unroll
+        for (int q = 0; q < MW; q++) cp_async_16(slot + w_at[q], w_src[q], w_n[q]);
+        if (cp.sf_copy) cp_async_4(slot + sf_at, sf_src, sf_n);
       } else {
+        copy_partial(s);
+      }
+#pragma unroll
+      for (int q = 0; q < S::NA; q++) a_src[q] += 128;
+#pragma unroll
+      for (int q = 0; q < MW; q++) w_src[q] += 32;
+      sf_src += cp.sf_step;
+    };
+#pragma unroll
+    for (int s = 0; s < S::STAGES - 1; s++) {
+      if (s < steps) copy(s, base + s * S::STEP_BYTES);
+      cp_async_commit();
+    }
+    /* the n8 tiles that have rows: all NT, or (NT = 2) one, unpredicated; 8 predicated */
+    auto loop = [&](auto ntu) {
+      uint32_t rd = 0, wr = (S::STAGES - 1) * S::STEP_BYTES; /* slot offsets of step s, of step s + STAGES - 1 */
+      for (int s = 0; s < steps; s++) {
+        cp_async_wait<S::STAGES - 2>();
+        __syncthreads(); /* step s landed for every thread; every warp is done with step s - 1's slot */
+        if (s + S::STAGES - 1 < steps) copy(s + S::STAGES - 1, base + wr);
+        cp_async_commit();
+        mma_step<AT, MW, NT, decltype(ntu)::value>(base + rd, off, nt, acc);
+        wr = rd;
+        rd = rd + S::STEP_BYTES == S::SMEM ? 0 : rd + S::STEP_BYTES;
+      }
+    };
+    if constexpr (NT > 2) loop(std::integral_constant<int, 0>{});
+    else if (nt == NT) loop(std::integral_constant<int, NT>{});
+    else loop(std::integral_constant<int, 1>{});
+  } else {
+#pragma unroll
+    for (int s = 0; s < S::STAGES - 1; s++)
+      if (s < steps) {
         load_step(s);
         store_step(s);
       }
-    }
-    if constexpr (FAST) cp_async_commit();
-  }
-  const uint32_t base = smem_addr(smem);
-  for (int s = 0; s < steps; s++) {
-    if constexpr (FAST) cp_async_wait<S::STAGES - 2>();
-    __syncthreads(); /* step s landed for every thread; every warp is done with step s - 1's slot */
-    const bool more = s + S::STAGES - 1 < steps;
-    if constexpr (FAST) {
-      if (more) copy_step(s + S::STAGES - 1);
-      cp_async_commit();
-    } else if (more) {
-      load_step(s + S::STAGES - 1);
-    }
-    mma_step<AT, MW, NT, S::W_OFF, S::SF_OFF>(base + s % S::STAGES * S::STEP_BYTES, w_row, w_row8, tiles, nt, a_off0,
-                                                a_off1, tq, acc);
-    if constexpr (!FAST) {
+    for (int s = 0; s < steps; s++) {
+      __syncthreads(); /* step s is in its slot; every warp is done with step s - 1's slot */
+      const bool more = s + S::STAGES - 1 < steps;
+      if (more) load_step(s + S::STAGES - 1);
+      mma_step<AT, MW, NT, 0>(base + s % S::STAGES * S::STEP_BYTES, off, nt, acc);
       if (more) store_step(s + S::STAGES - 1); /* into step s - 1's slot, which every warp left before the barrier */
     }
   }
@@ -601,7 +656,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * instructions a warp, step of 128 and m16 tile (bf16, NT = 1; the rounds
  * before the last two run without checks against n, 216 with them; 150 with
  * weights repacked for bf16), 0.10 a
- * weight, where the 16-row kernel takes ~230 a step of 64 (0.22; both from
+ * weight, where the 16-row kernel takes ~115 a step of 64 (0.11; both from
  * the SASS, sm_90a). The instructions, not the loads, bound it at M <= 8
  * (H200, 1 x 8192 x 28672 with checked rounds: 62 us; its weights read from
  * L1 instead: 45 us; a plain read of its bytes in its load pattern: 38
