@@ -63,14 +63,17 @@ __host__ __device__ __forceinline__ int64_t expert_row_tiles(const nvfp4_matmul 
 }
 
 /* Row tile r of such a launch is the r-th (expert, TM rows) pair in expert
- * order: found (in shared memory) = its expert, first row and the expert's
- * row end; expert -1 where there is none (past the bound's real tiles). Warp
+ * order, an expert of more than TM rows in tiles of BUSY rows where BUSY >
+ * TM (fewer tiles: the bound holds): found (in shared memory) = its expert,
+ * first row and the row after its last; expert -1 where there is none
+ * (past the bound's real tiles). Warp
  * 0 scans the offsets 256 experts a round, 8 consecutive a lane, their loads
  * issued together (one L2 round trip a round: an MoE's E <= 256 in one);
  * ends clamped to [0, m] and made non-decreasing (a prefix max), tiles by a
  * prefix sum. Every thread of the CTA calls, and waits. */
-template <int TM>
+template <int TM, int BUSY = TM>
 __device__ __forceinline__ void expert_tile(const nvfp4_matmul &p, int64_t r, long long *found) {
+  static_assert(BUSY >= TM, "busy experts' tiles are the larger");
   if (threadIdx.x < 32) {
     constexpr int R = 8; /* experts a lane, a round */
     const int lane = threadIdx.x;
@@ -100,7 +103,7 @@ __device__ __forceinline__ void expert_tile(const nvfp4_matmul &p, int64_t r, lo
 #pragma unroll
       for (int i = 0, s = start; i < R; i++) {
         end[i] = std::max(end[i], start);
-        tiles[i] = (end[i] - s + TM - 1) / TM;
+        tiles[i] = end[i] - s <= TM ? (end[i] - s + TM - 1) / TM : (end[i] - s + BUSY - 1) / BUSY;
         sum += tiles[i], s = end[i];
       }
       int cum = sum; /* prefix sum over the lanes */
@@ -113,8 +116,10 @@ __device__ __forceinline__ void expert_tile(const nvfp4_matmul &p, int64_t r, lo
       if (r >= before && r < before + sum) {
 #pragma unroll
         for (int i = 0, s = start; i < R; i++) {
-          if (r >= before && r < before + tiles[i])
-            found[0] = first + i, found[1] = s + (r - before) * TM, found[2] = end[i];
+          if (r >= before && r < before + tiles[i]) {
+            const long long rows = end[i] - s <= TM ? TM : BUSY, m0 = s + (r - before) * rows;
+            found[0] = first + i, found[1] = m0, found[2] = m0 + rows < end[i] ? m0 + rows : end[i];
+          }
           before += tiles[i], s = end[i];
         }
       }

@@ -41,14 +41,17 @@
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
- *     rows grouped by expert: at most 16 an expert on average) x TN
+ *     rows grouped by expert: at most 16 an expert on average, an expert of
+ *     more than 16 rows in tiles of 32: each weight decoded once per 32 of
+ *     its rows; DeepSeek-V3 experts at T = 64, skewed routing: 30 tiles
+ *     instead of 45) x TN
  *     output columns; gemm TN = 128 (warp w: weight rows 32 w .. 32 w + 31, 2
  *     m16 tiles) or TN = 64 where the 128-column tiles leave SMs idle (warp w:
  *     16 w .., 1 m16 tile); dual TN = 64 (warp w: rows 16 w .. of W1 and the
  *     same of W2, its two m16 tiles).
  *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row) and
  *     scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN = 64 of a
- *     gemm; 6 and 8 at TM = 16), zero-filled past M, N and K--> smem
+ *     gemm; 5 and 7 at TM = 16), zero-filled past M, N and K--> smem
  *   per warp and step: its weight m16 tiles -> A fragments in the
  *     activations' type (numerics.cuh's fp16 or bf16 decoder, exact), then per
  *     n8 tile its B fragments and 4 mma per m16
@@ -66,7 +69,7 @@
  * and runs the epilogue (as skinny.cu; deterministic, no memset).
  * 2 CTAs an SM (~190-245 registers; 37.5 KB of shared memory, which sm_86 /
  * sm_89's 100 KB also hold twice), 3 at TN = 64 (2 on sm_86 / sm_89: 41 KB
- * each), at TM = 16 4 on the fast path (<= 128 registers, 35-40 KB: 2 on
+ * each), at TM = 16 4 on the fast path (<= 128 registers, 43-45 KB: 2 on
  * sm_86 / sm_89), 3 on the register-load path; the split rule asks the
  * runtime (ctas_per_sm). Programmatic dependent
  * launch where the device runs sm_90 code (common.cuh): pdl_wait first,
@@ -96,7 +99,7 @@
  * of row r at chunk c ^ (r & 1) (the two 16-byte reads of a quarter warp, rows
  * g and g + 1, then cover all 32 banks); weight codes [rows][32 bytes]; their
  * scales [rows][4 bytes]. 12.5 KB a step at TN = 128 (10.25 KB at 64); at
- * TM = 16 6.5 KB (4.25 KB).
+ * TM = 16 (room for 32 rows) 8.5 KB (6.25 KB).
  *
  * Zero fill: activation rows past M or the expert's rows (in an n8 tile that
  * is read), weight rows
@@ -128,7 +131,9 @@ constexpr int THREADS = 128; /* 4 warps */
 constexpr int KSTEP = 64;    /* K values per step */
 constexpr int MAX_SPLIT = 16; /* CTAs sharing a tile's K (a ticket counts up to 2^16) */
 
-/* A CTA's shape: TM activation rows (NT = TM / 8 n8 tiles, every warp all of
+/* A CTA's shape: TM activation rows, RM at most (rows grouped by expert on
+ * the 16-row launch: an expert of more than 16 rows in tiles of RM = 32, its
+ * weights decoded once per 32 rows), NT = RM / 8 n8 tiles (every warp all of
  * them), MW m16 tiles (of 16 weight rows) per warp, TW weight rows a step
  * (dual: TW / 2 of W1, then the same columns of W2), TN output columns. A
  * step's bytes: activations, then weight codes at W_OFF, scales at SF_OFF; 16
@@ -140,15 +145,15 @@ template <bool DUAL, int MW, int TM>
 struct Shape {
   static_assert(MW == 2 || (MW == 1 && !DUAL), "a dual warp holds one m16 tile of each matrix");
   static_assert(TM == 16 || TM == 64, "16 or 64 activation rows");
-  static constexpr int STAGES = TM == 64 ? (MW == 2 ? 3 : 4) : (MW == 2 ? 6 : 8);
+  static constexpr int STAGES = TM == 64 ? (MW == 2 ? 3 : 4) : (MW == 2 ? 5 : 7);
   static constexpr int MIN_CTAS = TM == 64 ? (MW == 2 ? 2 : 3) : 4; /* an SM's (launch bounds); 128 registers at 4 */
-  static constexpr int NT = TM / 8;
+  static constexpr int RM = TM == 16 ? 32 : TM, NT = RM / 8;
   static constexpr int TW = 64 * MW, TN = DUAL ? TW / 2 : TW;
-  static constexpr int W_OFF = TM * 2 * KSTEP, SF_OFF = W_OFF + TW * KSTEP / 2;
+  static constexpr int W_OFF = RM * 2 * KSTEP, SF_OFF = W_OFF + TW * KSTEP / 2;
   static constexpr int STEP_BYTES = SF_OFF + TW * 4, SMEM = STAGES * STEP_BYTES;
-  static constexpr int NA = TM * 8 / THREADS;
+  static constexpr int NA = RM * 8 / THREADS;
   static constexpr int ACC = MW * NT * 4 * THREADS;
-  static_assert(NA * THREADS == TM * 8 && MW * THREADS == TW * 2, "whole chunks per thread");
+  static_assert(NA * THREADS == RM * 8 && MW * THREADS == TW * 2, "whole chunks per thread");
 };
 
 /* CTAs an SM holds: the shape's, but at most 3 on the register-load path
@@ -293,18 +298,17 @@ struct StepOffsets {
 
 /* One K step of a warp from the slot at shared address `step`: all its weight
  * m16 tiles (those past N are zero codes and scales) against n8 tiles of
- * activations: the first NTU, or where NTU = 0 the first `nt` (predicated).
- * Each accumulator adds the k16 steps in order. */
+ * activations: the first NTU (those past the tile's rows hold what the slot
+ * held; their sums are never stored), or where NTU = 0 the first `nt`
+ * (predicated). Each accumulator adds the k16 steps in order. */
 template <int AT, int MW, int NT, int NTU>
 __device__ __forceinline__ void mma_step(uint32_t step, const StepOffsets<MW> &o, int nt, float (&acc)[MW][NT][4]) {
-  uint32_t fa[MW][4][4];
-#pragma unroll
-  for (int i = 0; i < MW; i++) {
+  auto decode = [&](int i, uint32_t (&f)[4][4]) { /* m16 tile i, straight to the activations' type */
     const uint32_t w = step + o.w[i], sf = step + o.sf[i];
     const uint2 v0 = ld_shared_u2(w), v1 = ld_shared_u2(w + 8 * 32);
     const uint32_t sb = ld_shared_u8(sf) | ld_shared_u8(sf + 8 * 4) << 8;
-    nvfp4_wgmma_a_fragments16<AT>(v0, v1, sb, fa[i]); /* straight to the activations' type */
-  }
+    nvfp4_wgmma_a_fragments16<AT>(v0, v1, sb, f);
+  };
   auto b_of = [&](int j, uint32_t (&bx)[4], uint32_t (&by)[4]) { /* k16 step s: x's slots (values 16 t + 0..7), y's */
     const uint4 x = ld_shared_u4(step + o.a0 + j * 8 * 2 * KSTEP), y = ld_shared_u4(step + o.a1 + j * 8 * 2 * KSTEP);
     nvfp4_act16_b<AT>(x, y, bx, by); /* in the decoder's K order */
@@ -313,8 +317,23 @@ __device__ __forceinline__ void mma_step(uint32_t step, const StepOffsets<MW> &o
     if constexpr (nvfp4_at_bf16(AT)) mma_16816_bf16(d, a, b0, b1);
     else mma_16816(d, a, b0, b1);
   };
-  if constexpr (NTU > 0) { /* every n8 tile's fragments first, then their mma alternate */
+  if constexpr (NTU > 2) { /* 4 n8 tiles' fragments first, then each m16 tile decoded and multiplied in turn */
     uint32_t bx[NTU][4], by[NTU][4];
+#pragma unroll
+    for (int j = 0; j < NTU; j++) b_of(j, bx[j], by[j]);
+#pragma unroll
+    for (int i = 0; i < MW; i++) {
+      uint32_t f[4][4];
+      decode(i, f);
+#pragma unroll
+      for (int s = 0; s < 4; s++)
+#pragma unroll
+        for (int j = 0; j < NTU; j++) mma(acc[i][j], f[s], bx[j][s], by[j][s]);
+    }
+  } else if constexpr (NTU > 0) { /* every fragment first, then the n8 tiles' mma alternate */
+    uint32_t fa[MW][4][4], bx[NTU][4], by[NTU][4];
+#pragma unroll
+    for (int i = 0; i < MW; i++) decode(i, fa[i]);
 #pragma unroll
     for (int j = 0; j < NTU; j++) b_of(j, bx[j], by[j]);
 #pragma unroll
@@ -324,6 +343,9 @@ __device__ __forceinline__ void mma_step(uint32_t step, const StepOffsets<MW> &o
 #pragma unroll
         for (int j = 0; j < NTU; j++) mma(acc[i][j], fa[i][s], bx[j][s], by[j][s]);
   } else { /* one n8 tile at a time (8 tiles' fragments at once would spill) */
+    uint32_t fa[MW][4][4];
+#pragma unroll
+    for (int i = 0; i < MW; i++) decode(i, fa[i]);
 #pragma unroll
     for (int j = 0; j < NT; j++)
       if (j < nt) {
@@ -444,16 +466,16 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   int64_t tile = tile_id;
   const nvfp4_matmul &p = t.p[table_find(t, tile)];
   const int64_t tiles_n = (p.n + S::TN - 1) / S::TN, n0 = tile % tiles_n * S::TN;
-  /* the tile's batch (expert), first row and end of its rows */
+  /* the tile's batch (expert), first row and the row after its last */
   int64_t l, m0, m_end;
-  __shared__ int64_t tile_rows[TM]; /* rows by token */
+  __shared__ int64_t tile_rows[S::RM]; /* rows by token */
   if (p.offs) {
     __shared__ long long found[3];
-    expert_tile<TM>(p, tile / tiles_n, found);
+    expert_tile<TM, S::RM>(p, tile / tiles_n, found);
     l = found[0], m0 = found[1], m_end = found[2];
     if (l < 0) return; /* past the last expert's rows */
     if (p.a_index) { /* rows by token: the tile's rows' byte offsets in A (row 0 where outside: copies_of) */
-      for (int r = threadIdx.x; r < TM; r += blockDim.x) {
+      for (int r = threadIdx.x; r < S::RM; r += blockDim.x) {
         const int64_t i = m0 + r < m_end ? p.a_index[m0 + r] : 0;
         tile_rows[r] = (i >= 0 && i < p.a_rows ? i : 0) * p.a.row_stride;
       }
@@ -461,7 +483,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
     }
   } else {
     const int64_t tiles_m = (p.m + TM - 1) / TM;
-    l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * TM, m_end = p.m;
+    l = tile / (tiles_m * tiles_n), m0 = tile / tiles_n % tiles_m * TM, m_end = std::min<int64_t>(p.m, m0 + TM);
   }
   const int64_t all_steps = (p.k + KSTEP - 1) / KSTEP;
   /* this CTA's steps: [k0, k0 + steps) */
@@ -485,13 +507,16 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   }
   off.a0 = g * 2 * KSTEP + 32 * tq + 16 * (g & 1), off.a1 = g * 2 * KSTEP + 32 * tq + 16 * (~g & 1);
 
-  float acc[MW][NT][4];
+  float acc[MW][NT][4]; /* zeros, those of the n8 tiles the loop below multiplies: only they are ever read */
+  auto zero = [&](int tiles) {
 #pragma unroll
-  for (int i = 0; i < MW; i++)
+    for (int i = 0; i < MW; i++)
 #pragma unroll
-    for (int j = 0; j < NT; j++)
+      for (int j = 0; j < NT; j++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+        for (int e = 0; e < 4; e++)
+          if (j < tiles) acc[i][j][e] = 0.f;
+  };
 
   /* ---- the ring: a cp.async group per step (empty past the end, so the
    * count stays exact); the general path loads a step into registers
@@ -589,8 +614,9 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
       if (s < steps) copy(s, base + s * S::STEP_BYTES);
       cp_async_commit();
     }
-    /* the n8 tiles that have rows: all NT, or (NT = 2) one, unpredicated; 8 predicated */
+    /* the n8 tiles that have rows: 1, 2 or 4 (of NT = 4; a third's rows with a fourth) unpredicated; of 8 predicated */
     auto loop = [&](auto ntu) {
+      zero(decltype(ntu)::value ? decltype(ntu)::value : NT);
       uint32_t rd = 0, wr = (S::STAGES - 1) * S::STEP_BYTES; /* slot offsets of step s, of step s + STAGES - 1 */
       for (int s = 0; s < steps; s++) {
         cp_async_wait<S::STAGES - 2>();
@@ -602,10 +628,12 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
         rd = rd + S::STEP_BYTES == S::SMEM ? 0 : rd + S::STEP_BYTES;
       }
     };
-    if constexpr (NT > 2) loop(std::integral_constant<int, 0>{});
-    else if (nt == NT) loop(std::integral_constant<int, NT>{});
+    if constexpr (NT > 4) loop(std::integral_constant<int, 0>{});
+    else if (nt > 2) loop(std::integral_constant<int, 4>{});
+    else if (nt == 2) loop(std::integral_constant<int, 2>{});
     else loop(std::integral_constant<int, 1>{});
   } else {
+    zero(NT);
 #pragma unroll
     for (int s = 0; s < S::STAGES - 1; s++)
       if (s < steps) {
@@ -1022,7 +1050,8 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
 
 /* The workspace of a split launch: the partials, then a ticket per tile. */
 size_t partial_bytes(const Config &c, int64_t tiles) {
-  const int acc = (c.dual ? 2 : c.mw) * (c.tm / 8) * 4 * (c.gemv ? 32 : THREADS);
+  const int nt = c.gemv ? c.tm / 8 : c.tm == 16 ? Shape<false, 1, 16>::NT : c.tm / 8; /* n8 tiles a CTA holds */
+  const int acc = (c.dual ? 2 : c.mw) * nt * 4 * (c.gemv ? 32 : THREADS);
   return (size_t)tiles * c.split * acc * sizeof(float);
 }
 
