@@ -51,7 +51,7 @@
  *     same of W2, its two m16 tiles).
  *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row) and
  *     scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN = 64 of a
- *     gemm; 5 and 7 at TM = 16), zero-filled past M, N and K--> smem
+ *     gemm; 4 and 6 at TM = 16), zero-filled past M, N and K--> smem
  *   per warp and step: its weight m16 tiles -> A fragments in the
  *     activations' type (numerics.cuh's fp16 or bf16 decoder, exact), then per
  *     n8 tile its B fragments and 4 mma per m16
@@ -69,7 +69,7 @@
  * and runs the epilogue (as skinny.cu; deterministic, no memset).
  * 2 CTAs an SM (~190-245 registers; 37.5 KB of shared memory, which sm_86 /
  * sm_89's 100 KB also hold twice), 3 at TN = 64 (2 on sm_86 / sm_89: 41 KB
- * each), at TM = 16 4 on the fast path (<= 128 registers, 43-45 KB: 2 on
+ * each), at TM = 16 4 on the fast path (<= 128 registers, 35-39 KB: 2 on
  * sm_86 / sm_89), 3 on the register-load path; the split rule asks the
  * runtime (ctas_per_sm). Programmatic dependent
  * launch where the device runs sm_90 code (common.cuh): pdl_wait first,
@@ -145,7 +145,7 @@ template <bool DUAL, int MW, int TM>
 struct Shape {
   static_assert(MW == 2 || (MW == 1 && !DUAL), "a dual warp holds one m16 tile of each matrix");
   static_assert(TM == 16 || TM == 64, "16 or 64 activation rows");
-  static constexpr int STAGES = TM == 64 ? (MW == 2 ? 3 : 4) : (MW == 2 ? 5 : 7);
+  static constexpr int STAGES = TM == 64 ? (MW == 2 ? 3 : 4) : (MW == 2 ? 4 : 6);
   static constexpr int MIN_CTAS = TM == 64 ? (MW == 2 ? 2 : 3) : 4; /* an SM's (launch bounds); 128 registers at 4 */
   static constexpr int RM = TM == 16 ? 32 : TM, NT = RM / 8;
   static constexpr int TW = 64 * MW, TN = DUAL ? TW / 2 : TW;
