@@ -67,7 +67,8 @@ CASES = [  # (group sizes, T, N, K, scale layout, gated)
     ([0, 0, 0], 5, 32, 64, "linear", False),          # no rows at all
     ([2, 5], 7, 300, 2048, "linear", False),          # long K over few tiles: CTAs share K on a GPU
     ([130, 3, 0, 60], 193, 128, 528, "blocked", True),  # 64-row tiles (K % 64 != 0: not wgmma)
-    # under 16 rows an expert on average, busy experts among idle ones: 16-row tiles
+    # under 16 rows an expert on average, busy experts among idle ones: 16-row tiles (an expert of more than 16 rows
+    # in 32-row tiles: 17 rows in one, 33 in two)
     ([40, 0, 3, 1, 17, 0, 0, 2], 66, 96, 512, "linear", True),   # 3 rows past the last expert
     ([16, 17, 0, 33, 0], 66, 48, 256, "blocked", False),
     ([100, 1, 0, 0, 0, 0, 0, 2], 103, 64, 2048, "linear", False),  # long K over few tiles: CTAs share K

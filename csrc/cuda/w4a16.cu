@@ -1050,7 +1050,8 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
 
 /* The workspace of a split launch: the partials, then a ticket per tile. */
 size_t partial_bytes(const Config &c, int64_t tiles) {
-  const int nt = c.gemv ? c.tm / 8 : c.tm == 16 ? Shape<false, 1, 16>::NT : c.tm / 8; /* n8 tiles a CTA holds */
+  /* n8 tiles a CTA holds (the 16-row tiles: room for 32 rows) */
+  const int nt = c.gemv || c.tm != 16 ? c.tm / 8 : Shape<false, 1, 16>::NT;
   const int acc = (c.dual ? 2 : c.mw) * nt * 4 * (c.gemv ? 32 : THREADS);
   return (size_t)tiles * c.split * acc * sizeof(float);
 }
