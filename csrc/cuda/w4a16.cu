@@ -32,9 +32,9 @@
  * ld.shared.v4 + 8 prmt) = 80; the copies ~20 (inside K a copy's source
  * moves on by its bytes a step at a fixed size; a last partial step computes
  * them): ~4 (fp16) to ~4.5 (bf16) instructions per mma. At TM = 16
- * (weights repacked for bf16; sm_90a SASS) a warp's step is ~115
- * instructions for 1024 weights at one n8 tile, ~120 at two, ~195 for a
- * dual's 2048: there latency, not issue, bounds it (Nsight, DeepSeek-V3
+ * (weights repacked for bf16; sm_90a SASS) a warp's step is ~120
+ * instructions for 1024 weights at one or two n8 tiles, ~175 at four, ~200
+ * (~290 at four) for a dual's 2048: there latency, not issue, bounds it (Nsight, DeepSeek-V3
  * experts' gate/up at T = 8, H200: issue slots 43% busy, 3.8 warps a
  * scheduler, 0.8 of them eligible; docs/PERF.md). The GEMV kernel (below)
  * takes M <= 32 (a dual's M <= 16).
@@ -583,23 +583,23 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
      * on by its bytes a step, its size and its place in a slot stay. The
      * slot of step s + STAGES - 1, written at step s, is step s - 1's. */
     const uint8_t *a_src[S::NA], *w_src[MW], *sf_src = cp.sf + k0 * cp.sf_step;
-    uint32_t a_n[S::NA], w_n[MW], a_at[S::NA], w_at[MW];
+    uint32_t a_size[S::NA], w_size[MW], a_at[S::NA], w_at[MW];
 #pragma unroll
     for (int q = 0; q < S::NA; q++)
-      a_src[q] = cp.act(q) + k0 * 128 + 16 * a_chunk, a_n[q] = (cp.act_ok >> q & 1) * 16, a_at[q] = a_dst(0, q);
+      a_src[q] = cp.act(q) + k0 * 128 + 16 * a_chunk, a_size[q] = (cp.act_ok >> q & 1) * 16, a_at[q] = a_dst(0, q);
 #pragma unroll
     for (int q = 0; q < MW; q++)
-      w_src[q] = cp.w[q] + k0 * 32 + 16 * w_half, w_n[q] = (cp.w_ok >> q & 1) * 16, w_at[q] = w_dst(0, q);
-    const uint32_t sf_n = cp.sf_ok ? 4 : 0, sf_at = sf_dst(0);
+      w_src[q] = cp.w[q] + k0 * 32 + 16 * w_half, w_size[q] = (cp.w_ok >> q & 1) * 16, w_at[q] = w_dst(0, q);
+    const uint32_t sf_size = cp.sf_ok ? 4 : 0, sf_at = sf_dst(0);
     const int whole = (int)std::max<int64_t>(0, std::min<int64_t>(steps, whole_steps - k0));
     auto copy = [&](int s, uint32_t slot) { /* step s, the sources at it */
       if (s < whole) {
 #pragma unroll
         for (int q = 0; q < S::NA; q++)
-          if (cp.act_copy >> q & 1) cp_async_16(slot + a_at[q], a_src[q], a_n[q]);
+          if (cp.act_copy >> q & 1) cp_async_16(slot + a_at[q], a_src[q], a_size[q]);
 #pragma unroll
-        for (int q = 0; q < MW; q++) cp_async_16(slot + w_at[q], w_src[q], w_n[q]);
-        if (cp.sf_copy) cp_async_4(slot + sf_at, sf_src, sf_n);
+        for (int q = 0; q < MW; q++) cp_async_16(slot + w_at[q], w_src[q], w_size[q]);
+        if (cp.sf_copy) cp_async_4(slot + sf_at, sf_src, sf_size);
       } else {
         copy_partial(s);
       }
