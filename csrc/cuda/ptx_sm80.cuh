@@ -65,6 +65,13 @@ __device__ __forceinline__ void cp_async_4(uint32_t s, const void *gmem, uint32_
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
+/* ... and the miss filling 128 bytes of L2 around them (.L2::128B): a row read 32 bytes a step by rows 3.5 KB apart
+ * reaches DRAM in runs of 128 bytes, not sectors of 32 (MoE experts' 16-row tiles, H200: DeepSeek-V3 T = 8 0.78x the
+ * time; 256 bytes: as fast there, 1.04x at Qwen3-30B-A3B T = 1; docs/PERF.md). */
+__device__ __forceinline__ void cp_async_16_l2_128(uint32_t s, const void *gmem, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
 /* Close the group of this thread's cp.async issued so far. */
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 

@@ -34,10 +34,10 @@
  * them): ~4 (fp16) to ~4.5 (bf16) instructions per mma. At TM = 16
  * (weights repacked for bf16; sm_90a SASS) a warp's step is ~120
  * instructions for 1024 weights at one or two n8 tiles, ~175 at four, ~200
- * (~290 at four) for a dual's 2048: there latency, not issue, bounds it (Nsight, DeepSeek-V3
- * experts' gate/up at T = 8, H200: issue slots 43% busy, 3.8 warps a
- * scheduler, 0.8 of them eligible; docs/PERF.md). The GEMV kernel (below)
- * takes M <= 32 (a dual's M <= 16).
+ * (~290 at four) for a dual's 2048: there the copies, not issue, bound it
+ * (DeepSeek-V3 experts at T = 8, H200: the loop without its decode and mma
+ * takes 0.82x the time, without the copies 0.54x; docs/PERF.md). The GEMV
+ * kernel (below) takes M <= 32 (a dual's M <= 16).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -49,9 +49,10 @@
  *     m16 tiles) or TN = 64 where the 128-column tiles leave SMs idle (warp w:
  *     16 w .., 1 m16 tile); dual TN = 64 (warp w: rows 16 w .. of W1 and the
  *     same of W2, its two m16 tiles).
- *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row) and
- *     scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN = 64 of a
- *     gemm; 4 and 6 at TM = 16), zero-filled past M, N and K--> smem
+ *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row,
+ *     each miss filling 128 bytes of L2: the row's next 3 steps reach DRAM in
+ *     one run) and scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN =
+ *     64 of a gemm; 4 and 6 at TM = 16), zero-filled past M, N and K--> smem
  *   per warp and step: its weight m16 tiles -> A fragments in the
  *     activations' type (numerics.cuh's fp16 or bf16 decoder, exact), then per
  *     n8 tile its B fragments and 4 mma per m16
@@ -598,7 +599,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
         for (int q = 0; q < S::NA; q++)
           if (cp.act_copy >> q & 1) cp_async_16(slot + a_at[q], a_src[q], a_size[q]);
 #pragma unroll
-        for (int q = 0; q < MW; q++) cp_async_16(slot + w_at[q], w_src[q], w_size[q]);
+        for (int q = 0; q < MW; q++) cp_async_16_l2_128(slot + w_at[q], w_src[q], w_size[q]);
         if (cp.sf_copy) cp_async_4(slot + sf_at, sf_src, sf_size);
       } else {
         copy_partial(s);
