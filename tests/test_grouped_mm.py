@@ -152,6 +152,30 @@ def test_bf16_pairs(device, gen, case):
         nk.grouped_mm(x.half(), packed, w.sf, offs, gated=gated)
 
 
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("sizes,k,pad", [
+    ([1, 2, 0, 1], 6400, 0),   # 100 K steps over 3 tiles: CTAs share K from steps not a multiple of 4
+    ([3, 0, 2], 832, 12),      # 13 steps, scale rows 64 bytes apart: the last 4 steps' scales hold one
+    ([2, 1], 1088, 4),         # 17 steps, scale rows 72 bytes apart: every other row not 16-byte aligned
+])
+def test_scales_by_four_steps(device, gen, sizes, k, pad, gated):
+    """Linear scales with rows 16-byte aligned reach the 16-row tiles 4 K steps a copy: a CTA's K share that
+    starts inside such a group, a row's last group short of 4 steps (the next bytes are not its scales:
+    NaN), and rows of either kind in one tile."""
+    e, n = len(sizes), 64
+    w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=device)
+    wide = torch.full((*w.sf.shape[:-1], k // 16 + pad), 0x7F, dtype=torch.uint8, device=device).view(w.sf.dtype)
+    wide[..., : k // 16] = w.sf
+    sf = wide[..., : k // 16]
+    x = activations(sum(sizes), k, torch.bfloat16, gen, device)
+    offs = routing(sizes, device)
+    out = poisoned((x.shape[0], n), device).to(torch.bfloat16)
+    nk.grouped_mm(x, w.data, sf, offs, gated=gated, out=out)
+    want = reference.grouped_mm(x, w.data, w.sf, offs, gated=gated)
+    assert_matches(out, want, f"scales by four steps {sizes} {k}",
+                   slack=slack(x, w.data, w.sf, offs, None, None, gated))
+
+
 @needs_cuda
 @pytest.mark.parametrize("e,t,n,k,routings", [
     (6, 24, 96, 256, ([24, 0, 0, 0, 0, 0], [0, 3, 0, 11, 0, 10], [1, 2, 3, 4, 5, 9])),

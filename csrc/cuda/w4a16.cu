@@ -68,9 +68,9 @@
  * of K's steps (at least 8), writes fp32 partials to the caller's workspace
  * and takes the tile's ticket; the last adds the partials in a fixed order
  * and runs the epilogue (as skinny.cu; deterministic, no memset).
- * 2 CTAs an SM (~190-245 registers; 37.5 KB of shared memory, which sm_86 /
- * sm_89's 100 KB also hold twice), 3 at TN = 64 (2 on sm_86 / sm_89: 41 KB
- * each), at TM = 16 4 on the fast path (<= 128 registers, 35-39 KB: 2 on
+ * 2 CTAs an SM (~190-245 registers; 40 KB of shared memory, which sm_86 /
+ * sm_89's 100 KB also hold twice), 3 at TN = 64 (2 on sm_86 / sm_89: 42 KB
+ * each), at TM = 16 4 on the fast path (<= 128 registers, 36-39 KB: 2 on
  * sm_86 / sm_89), 3 on the register-load path; the split rule asks the
  * runtime (ctas_per_sm). Programmatic dependent
  * launch where the device runs sm_90 code (common.cuh): pdl_wait first,
@@ -98,9 +98,9 @@
  *
  * Shared memory, a step: activations [TM rows][8 chunks of 16 bytes], chunk c
  * of row r at chunk c ^ (r & 1) (the two 16-byte reads of a quarter warp, rows
- * g and g + 1, then cover all 32 banks); weight codes [rows][32 bytes]; their
- * scales [rows][4 bytes]. 12.5 KB a step at TN = 128 (10.25 KB at 64); at
- * TM = 16 (room for 32 rows) 8.5 KB (6.25 KB).
+ * g and g + 1, then cover all 32 banks); weight codes [rows][32 bytes]. 12
+ * KB a step at TN = 128 (10 KB at 64); at TM = 16 (room for 32 rows) 8 KB (6
+ * KB). Then the scales' ring (Shape), 4 steps of [rows][4 bytes] a slot.
  *
  * Zero fill: activation rows past M or the expert's rows (in an n8 tile that
  * is read), weight rows
@@ -137,11 +137,19 @@ constexpr int MAX_SPLIT = 16; /* CTAs sharing a tile's K (a ticket counts up to 
  * weights decoded once per 32 rows), NT = RM / 8 n8 tiles (every warp all of
  * them), MW m16 tiles (of 16 weight rows) per warp, TW weight rows a step
  * (dual: TW / 2 of W1, then the same columns of W2), TN output columns. A
- * step's bytes: activations, then weight codes at W_OFF, scales at SF_OFF; 16
- * rows leave room for a deeper ring. A thread copies NA activation chunks of
+ * step's bytes: activations, then weight codes at W_OFF; 16 rows leave room
+ * for a deeper ring. The scales have a ring of their own after the steps', at
+ * SF_OFF: SG slots of 4 steps, [TW rows][16 bytes], step k of the row (k0 + s
+ * of a CTA's step s) at slot (k / 4) % SG (counted from the CTA's first),
+ * bytes 4 (k % 4) .. + 3 of its row. A thread copies NA activation chunks of
  * 16 bytes (rows tid / 8 + 16 q, chunk tid % 8), MW weight chunks (rows
- * tid / 2 + 64 q, half tid % 2) and, below TW, the scale word of row tid.
- * ACC: the floats of a CTA's accumulators, a split tile's partial. */
+ * tid / 2 + 64 q, half tid % 2) and, below TW, the scales of row tid: 16
+ * bytes at a slot's first step where the row's scales are linear and 16-byte
+ * aligned and K has no partial step (one copy and one L2 request a 4 steps:
+ * MoE blocks at T = 8 0.96-0.98x the time), else 4 bytes a step. SG: a slot is
+ * written STAGES - 1 steps before its first step is read and its last read 3
+ * steps after that, so 4 SG >= STAGES + 3. ACC: the floats of a CTA's
+ * accumulators, a split tile's partial. */
 template <bool DUAL, int MW, int TM>
 struct Shape {
   static_assert(MW == 2 || (MW == 1 && !DUAL), "a dual warp holds one m16 tile of each matrix");
@@ -150,8 +158,8 @@ struct Shape {
   static constexpr int MIN_CTAS = TM == 64 ? (MW == 2 ? 2 : 3) : 4; /* an SM's (launch bounds); 128 registers at 4 */
   static constexpr int RM = TM == 16 ? 32 : TM, NT = RM / 8;
   static constexpr int TW = 64 * MW, TN = DUAL ? TW / 2 : TW;
-  static constexpr int W_OFF = RM * 2 * KSTEP, SF_OFF = W_OFF + TW * KSTEP / 2;
-  static constexpr int STEP_BYTES = SF_OFF + TW * 4, SMEM = STAGES * STEP_BYTES;
+  static constexpr int W_OFF = RM * 2 * KSTEP, STEP_BYTES = W_OFF + TW * KSTEP / 2, SF_OFF = STAGES * STEP_BYTES;
+  static constexpr int SG = (STAGES + 6) / 4, SF_SLOT = TW * 16, SMEM = SF_OFF + SG * SF_SLOT;
   static constexpr int NA = RM * 8 / THREADS;
   static constexpr int ACC = MW * NT * 4 * THREADS;
   static_assert(NA * THREADS == RM * 8 && MW * THREADS == TW * 2, "whole chunks per thread");
@@ -186,6 +194,7 @@ struct Copies {
   int sf_step;
   uint32_t act_copy, act_ok, w_ok; /* bit q: row q is copied (its n8 tile is read) / exists (or reads zeros) */
   bool sf_ok, sf_copy;             /* the scale row exists / this thread has one */
+  bool sf_grouped;                 /* its scales 16 bytes a 4 steps (the scale ring's slots) */
 
   __device__ __forceinline__ const uint8_t *act(int q) const {
     if (NA > 1 && rows) return act_ok >> q & 1 ? act0 + (rows[16 * q] - rows[0]) : act0;
@@ -241,6 +250,7 @@ __device__ __forceinline__ Copies<Shape<DUAL, MW, TM>::NA, MW> copies_of(const n
   c.sf = op->sf + l * op->sf_batch_stride +
          nvfp4_sf_offset(op->sf_layout, op->sf_row_stride, p.k / 16, c.sf_ok ? row : 0, 0);
   c.sf_step = op->sf_layout == NVFP4_SF_LINEAR ? 4 : 512;
+  c.sf_grouped = op->sf_layout == NVFP4_SF_LINEAR && p.k % KSTEP == 0 && aligned(c.sf, 16);
   return c;
 }
 
@@ -290,24 +300,26 @@ __device__ __forceinline__ uint32_t load_scales(const uint8_t *src, int n) {
 }
 
 /* A thread's shared-memory offsets in a step's slot: its weight row g of each
- * m16 tile (row g + 8 is 256 bytes on), that row's scale byte (g + 8's: 32
- * on), and its two activation chunks of row g (n8 tile j: 1024 j on). */
+ * m16 tile (row g + 8 is 256 bytes on), and its two activation chunks of row
+ * g (n8 tile j: 1024 j on); in a step's scales (the scale ring's slot, at the
+ * step's 4 bytes), that row's scale byte (g + 8's: 128 on). */
 template <int MW>
 struct StepOffsets {
   uint32_t w[MW], sf[MW], a0, a1;
 };
 
-/* One K step of a warp from the slot at shared address `step`: all its weight
+/* One K step of a warp from the slot at shared address `step`, its scales at `sfs`: all its weight
  * m16 tiles (those past N are zero codes and scales) against n8 tiles of
  * activations: the first NTU (those past the tile's rows hold what the slot
  * held; their sums are never stored), or where NTU = 0 the first `nt`
  * (predicated). Each accumulator adds the k16 steps in order. */
 template <int AT, int MW, int NT, int NTU>
-__device__ __forceinline__ void mma_step(uint32_t step, const StepOffsets<MW> &o, int nt, float (&acc)[MW][NT][4]) {
+__device__ __forceinline__ void mma_step(uint32_t step, uint32_t sfs, const StepOffsets<MW> &o, int nt,
+                                         float (&acc)[MW][NT][4]) {
   auto decode = [&](int i, uint32_t (&f)[4][4]) { /* m16 tile i, straight to the activations' type */
-    const uint32_t w = step + o.w[i], sf = step + o.sf[i];
+    const uint32_t w = step + o.w[i], sf = sfs + o.sf[i];
     const uint2 v0 = ld_shared_u2(w), v1 = ld_shared_u2(w + 8 * 32);
-    const uint32_t sb = ld_shared_u8(sf) | ld_shared_u8(sf + 8 * 4) << 8;
+    const uint32_t sb = ld_shared_u8(sf) | ld_shared_u8(sf + 8 * 16) << 8;
     nvfp4_wgmma_a_fragments16<AT>(v0, v1, sb, f);
   };
   auto b_of = [&](int j, uint32_t (&bx)[4], uint32_t (&by)[4]) { /* k16 step s: x's slots (values 16 t + 0..7), y's */
@@ -503,7 +515,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 #pragma unroll
   for (int i = 0; i < MW; i++) {
     const int r = DUAL ? i * (S::TW / 2) + 16 * warp : 16 * (MW * warp + i);
-    off.w[i] = S::W_OFF + (r + g) * 32 + 8 * tq, off.sf[i] = S::SF_OFF + (r + g) * 4 + tq;
+    off.w[i] = S::W_OFF + (r + g) * 32 + 8 * tq, off.sf[i] = (r + g) * 16 + tq;
     tiles |= (n0 + (DUAL ? 16 * warp : r) < p.n ? 1u : 0u) << i;
   }
   off.a0 = g * 2 * KSTEP + 32 * tq + 16 * (g & 1), off.a1 = g * 2 * KSTEP + 32 * tq + 16 * (~g & 1);
@@ -531,7 +543,10 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
     return s % S::STAGES * S::STEP_BYTES + r * 2 * KSTEP + 16 * (a_chunk ^ (r & 1));
   };
   auto w_dst = [&](int s, int q) { return s % S::STAGES * S::STEP_BYTES + S::W_OFF + 16 * (tid + THREADS * q); };
-  auto sf_dst = [&](int s) { return s % S::STAGES * S::STEP_BYTES + S::SF_OFF + 4 * tid; };
+  /* step s's scales in the scale ring (its slot, at its 4 bytes); the thread's row at 16 tid on */
+  const int ph0 = (int)(k0 & 3);
+  auto sf_at = [&](int s) { return S::SF_OFF + (ph0 + s) / 4 % S::SG * S::SF_SLOT + 4 * ((ph0 + s) & 3); };
+  auto sf_dst = [&](int s) { return sf_at(s) + 16 * tid; };
   auto a_n = [&](int s, int q) {
     return cp.act_ok >> q & 1 ? chunk_bytes(a_bytes - (k0 + s) * 128 - 16 * a_chunk) : 0;
   };
@@ -578,6 +593,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
   };
 
   static_assert(S::STAGES >= 2, "a step in flight while one is read");
+  static_assert(4 * S::SG >= S::STAGES + 3, "a scale slot outlives its 4 steps' reads");
   const uint32_t base = (uint32_t)opaque((int)smem_addr(smem)); /* computed once, not again in the loop */
   if constexpr (FAST) {
     /* Steps inside K (all but a last partial one): each copy's source moves
@@ -591,7 +607,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 #pragma unroll
     for (int q = 0; q < MW; q++)
       w_src[q] = cp.w[q] + k0 * 32 + 16 * w_half, w_size[q] = (cp.w_ok >> q & 1) * 16, w_at[q] = w_dst(0, q);
-    const uint32_t sf_size = cp.sf_ok ? 4 : 0, sf_at = sf_dst(0);
+    const uint32_t sf_size = cp.sf_ok ? 4 : 0;
     const int whole = (int)std::max<int64_t>(0, std::min<int64_t>(steps, whole_steps - k0));
     auto copy = [&](int s, uint32_t slot) { /* step s, the sources at it */
       if (s < whole) {
@@ -600,7 +616,16 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
           if (cp.act_copy >> q & 1) cp_async_16(slot + a_at[q], a_src[q], a_size[q]);
 #pragma unroll
         for (int q = 0; q < MW; q++) cp_async_16_l2_128(slot + w_at[q], w_src[q], w_size[q]);
-        if (cp.sf_copy) cp_async_4(slot + sf_at, sf_src, sf_size);
+        if (cp.sf_copy) {
+          const int ph = (ph0 + s) & 3; /* the step's place in its scale slot */
+          const uint32_t at = base + sf_dst(s);
+          if (!cp.sf_grouped) {
+            cp_async_4(at, sf_src, sf_size);
+          } else if (ph == 0 || s == 0) { /* the slot's 4 steps (those before k0: unread), none past the row */
+            const int64_t left = all_steps - (k0 + s - ph);
+            cp_async_16(at - 4 * ph, sf_src - 4 * ph, cp.sf_ok ? (left < 4 ? 4 * (uint32_t)left : 16u) : 0u);
+          }
+        }
       } else {
         copy_partial(s);
       }
@@ -624,9 +649,9 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
         __syncthreads(); /* step s landed for every thread; every warp is done with step s - 1's slot */
         if (s + S::STAGES - 1 < steps) copy(s + S::STAGES - 1, base + wr);
         cp_async_commit();
-        mma_step<AT, MW, NT, decltype(ntu)::value>(base + rd, off, nt, acc);
+        mma_step<AT, MW, NT, decltype(ntu)::value>(base + rd, base + sf_at(s), off, nt, acc);
         wr = rd;
-        rd = rd + S::STEP_BYTES == S::SMEM ? 0 : rd + S::STEP_BYTES;
+        rd = rd + S::STEP_BYTES == S::SF_OFF ? 0 : rd + S::STEP_BYTES;
       }
     };
     if constexpr (NT > 4) loop(std::integral_constant<int, 0>{});
@@ -645,7 +670,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
       __syncthreads(); /* step s is in its slot; every warp is done with step s - 1's slot */
       const bool more = s + S::STAGES - 1 < steps;
       if (more) load_step(s + S::STAGES - 1);
-      mma_step<AT, MW, NT, 0>(base + s % S::STAGES * S::STEP_BYTES, off, nt, acc);
+      mma_step<AT, MW, NT, 0>(base + s % S::STAGES * S::STEP_BYTES, base + sf_at(s), off, nt, acc);
       if (more) store_step(s + S::STAGES - 1); /* into step s - 1's slot, which every warp left before the barrier */
     }
   }
