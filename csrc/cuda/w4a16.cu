@@ -34,10 +34,10 @@
  * them): ~4 (fp16) to ~4.5 (bf16) instructions per mma. At TM = 16
  * (weights repacked for bf16; sm_90a SASS) a warp's step is ~120
  * instructions for 1024 weights at one or two n8 tiles, ~175 at four, ~200
- * (~290 at four) for a dual's 2048: there the copies, not issue, bound it
- * (DeepSeek-V3 experts at T = 8, H200: the loop without its decode and mma
- * takes 0.82x the time, without the copies 0.54x; docs/PERF.md). The GEMV
- * kernel (below) takes M <= 32 (a dual's M <= 16).
+ * (~290 at four) for a dual's 2048, and the scale ring's bookkeeping ~15-20
+ * more: there the copies, not issue, bound it (DeepSeek-V3 experts at T = 8,
+ * H200: the loop without its decode and mma takes 0.85x the time;
+ * docs/PERF.md). The GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
