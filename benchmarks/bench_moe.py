@@ -1,7 +1,7 @@
 """Mixture-of-experts blocks, NVFP4 (nn.NVFP4MoE, W4A4 and W4A16) against bf16, at every token count.
 
     python -m benchmarks.bench_moe [--model deepseek-v3 qwen3-30b-a3b] [--t 1,8,64] [--routing uniform skewed]
-                                   [--mode w4a4 w4a16] [--json F] [--png F]
+                                   [--mode w4a4 w4a16] [--parts] [--json F] [--png F]
 
 One MoE block's experts: router logits in, output out (routing, the pairs sorted by expert, gate+up,
 SiLU * mul, down, the weighted combine; the router's linear and shared experts are not part of it).
@@ -11,7 +11,8 @@ sizes read on the host before capture, as a framework without a grouped GEMM run
 block from CUDA-graph replays of a chain of blocks over enough copies of the experts that the
 active ones exceed L2; median of replays. Routing: "uniform" (random logits), "skewed" (logits plus
 -2 log(rank): a few experts take most tokens). Speed of light (SOL) = max(the active experts'
-NVFP4 bytes / copy rate, flops / fp16 tensor rate), both measured in this run.
+NVFP4 bytes / copy rate, flops / fp16 tensor rate), both measured in this run. --parts: each op of
+our block also timed alone (graph replays of that op only: no overlap with its neighbours).
 """
 
 from __future__ import annotations
@@ -100,7 +101,20 @@ def bf16_block(x, logits, w13, w2, k, loop_sizes=None):
     return (pairs.view(x.shape[0], k, -1).float() * w[..., None]).sum(1).to(x.dtype)
 
 
-def run(models, tokens, routings, modes, json_path=None, png_path=None):
+def parts_time(moes, x, logits, e):
+    """GPU seconds of each op of the block, each timed alone over the experts' copies."""
+    weights, ids = moes[0].route(logits)
+    token_of_row, _, row_of_pair, offs = nk.moe_sort(ids, e)
+    hs = [m._gate_up(x, offs, token_of_row) for m in moes]
+    ys = [m._down(h, offs) for m, h in zip(moes, hs)]
+    return dict(route=graph_time([lambda: moes[0].route(logits)] * len(moes), replays=10),
+                sort=graph_time([lambda: nk.moe_sort(ids, e)] * len(moes), replays=10),
+                gate_up=graph_time([lambda m=m: m._gate_up(x, offs, token_of_row) for m in moes], replays=10),
+                down=graph_time([lambda m=m, h=h: m._down(h, offs) for m, h in zip(moes, hs)], replays=10),
+                combine=graph_time([lambda y=y: nk.moe_combine(y, row_of_pair, weights) for y in ys], replays=10))
+
+
+def run(models, tokens, routings, modes, json_path=None, png_path=None, parts=False):
     ceil = measure_ceilings()
     print(f"{ceil.device}: copy {ceil.bandwidth / 1e12:.2f} TB/s, fp16 mma {ceil.fp16_rate / 1e12:.0f} TFLOP/s "
           "(this run's ceilings)")
@@ -133,6 +147,7 @@ def run(models, tokens, routings, modes, json_path=None, png_path=None):
                 for mode in modes:
                     moes = [random_moe(h, i, e, k, mode, gen) for _ in range(copies)]
                     t_ours = graph_time([lambda m=m: m(x, logits) for m in moes], replays=10)
+                    t_parts = parts_time(moes, x, logits, e) if parts else None
                     del moes
                     torch.cuda.empty_cache()
                     row = dict(model=model, routing=routing, t=t, mode=mode, active=active, us=t_ours * 1e6,
@@ -142,6 +157,10 @@ def run(models, tokens, routings, modes, json_path=None, png_path=None):
                     print(f"{model:>14} {routing:>8} {t:>5} {mode:>6} {active:>6} {row['us']:9.1f} "
                           f"{row['grouped_us']:9.1f} {row['speedup']:7.2f}x {row['loop_us']:9.1f} "
                           f"{row['loop_speedup']:7.2f}x {row['sol']:6.2f}")
+                    if t_parts:
+                        row["parts_us"] = {name: v * 1e6 for name, v in t_parts.items()}
+                        print(f"{'':>14} {'':>8} {'':>5} {mode:>6} parts us: "
+                              + ", ".join(f"{name} {v:.1f}" for name, v in row["parts_us"].items()))
     if json_path:
         with open(json_path, "w") as f:
             json.dump(dict(device=ceil.device, bandwidth=ceil.bandwidth, fp16_rate=ceil.fp16_rate, rows=rows), f,
@@ -173,6 +192,7 @@ def main(argv=None):
     ap.add_argument("--t", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
     ap.add_argument("--routing", nargs="+", choices=ROUTINGS, default=list(ROUTINGS))
     ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a16"), default=["w4a4", "w4a16"])
+    ap.add_argument("--parts", action="store_true", help="also time each op of our block alone")
     ap.add_argument("--json")
     ap.add_argument("--png")
     args = ap.parse_args(argv)
@@ -182,7 +202,7 @@ def main(argv=None):
         ap.error(f"--t takes comma-separated integers, got {args.t!r}")
     if not torch.cuda.is_available() or not nk.WITH_CUDA:
         ap.error("needs a CUDA GPU and a CUDA build of nvfp4_kernels")
-    run(args.model, tokens, args.routing, args.mode, args.json, args.png)
+    run(args.model, tokens, args.routing, args.mode, args.json, args.png, args.parts)
 
 
 if __name__ == "__main__":

@@ -620,14 +620,20 @@ class NVFP4MoE(_NVFP4Module):
             # laid out for bf16: back to the checkpoint's bytes, which fp16 values take too (once; an MoE
             # meant for fp16 is built, or converted, with dtype float16)
             self._relayout(to_int32=False)
-        # the rows by token read through token_of_row (no gathered copy); w4a4: each quantized with its expert's
-        # global scale (1 / input_scale) by the grouped_mm
-        w4a4 = self.mode == "w4a4"
-        h = ops.grouped_mm(x, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1, alphas2=self._alpha3,
-                           gated=True, row_index=token_of_row, global_scale=self._w13_input_global if w4a4 else None)
-        y = ops.grouped_mm(h, self.w2_weight, self.w2_weight_scale, offs, alphas=self._alpha2,
-                           global_scale=self._w2_input_global if w4a4 else None)
-        return ops.moe_combine(y, row_of_pair, weights)
+        return ops.moe_combine(self._down(self._gate_up(x, offs, token_of_row), offs), row_of_pair, weights)
+
+    def _gate_up(self, x: torch.Tensor, offs: torch.Tensor, token_of_row: torch.Tensor) -> torch.Tensor:
+        """h = silu(x W1^T) * (x W3^T), a row per pair in expert order: the rows by token read through
+        token_of_row (no gathered copy); w4a4: each quantized with its expert's global scale (1 / input_scale)
+        by the grouped_mm."""
+        return ops.grouped_mm(x, self.w13_weight, self.w13_weight_scale, offs, alphas=self._alpha1,
+                              alphas2=self._alpha3, gated=True, row_index=token_of_row,
+                              global_scale=self._w13_input_global if self.mode == "w4a4" else None)
+
+    def _down(self, h: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        """y = h W2^T, h's rows in expert order (w4a4: quantized with the expert's global scale)."""
+        return ops.grouped_mm(h, self.w2_weight, self.w2_weight_scale, offs, alphas=self._alpha2,
+                              global_scale=self._w2_input_global if self.mode == "w4a4" else None)
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, hidden_size={self.hidden_size}, intermediate_size="

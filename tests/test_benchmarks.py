@@ -102,3 +102,35 @@ def test_bench_moe_baselines_agree():
     want, got_ids = NVFP4MoE(e, h, i, k).route(logits), logits.softmax(-1).topk(k, -1)[1]
     assert torch.equal(want[1], got_ids)
     assert bench_moe.expert_bytes(2048, 768, "w4a16") == 3 * 2048 * 768 * 9 // 16
+
+
+@pytest.mark.parametrize("mode", ["w4a16", "w4a4"])
+def test_bench_moe_parts(monkeypatch, mode):
+    """bench_moe --parts times route, sort, gate/up, down and combine, each over every copy of the experts;
+    the stages it times are the block's: composed, they give NVFP4MoE's output."""
+    import nvfp4_kernels as nk
+    from benchmarks import bench_moe
+    from nvfp4_kernels.nn import NVFP4MoE
+
+    timed = []
+
+    def graph_time(calls, replays=20):  # runs each call once (no GPU)
+        timed.append(len(calls))
+        for c in calls:
+            c()
+        return 1e-6
+
+    monkeypatch.setattr(bench_moe, "graph_time", graph_time)
+    gen = torch.Generator().manual_seed(1)
+    t, h, i, e, k = 5, 64, 32, 8, 2
+    scales = (torch.full((e,), 0.01), torch.full((e,), 0.01)) if mode == "w4a4" else None
+    moes = [NVFP4MoE.from_experts(torch.randn(e, i, h, generator=gen), torch.randn(e, i, h, generator=gen),
+                                  torch.randn(e, h, i, generator=gen), k, mode=mode, input_scales=scales)
+            for _ in range(2)]
+    x, logits = torch.randn(t, h, generator=gen).bfloat16(), torch.randn(t, e, generator=gen)
+    parts = bench_moe.parts_time(moes, x, logits, e)
+    assert list(parts) == ["route", "sort", "gate_up", "down", "combine"] and timed == [2] * 5
+    weights, ids = moes[1].route(logits)
+    token_of_row, _, row_of_pair, offs = nk.moe_sort(ids, e)
+    y = nk.moe_combine(moes[1]._down(moes[1]._gate_up(x, offs, token_of_row), offs), row_of_pair, weights)
+    assert torch.equal(y, moes[1](x, logits))
