@@ -59,6 +59,9 @@ CASES = {
               # split 5, batched)
               ("w4a16", None, 3, 300, 4032, ("linear", "linear")), ("w4a16dual", None, 16, 200, 2112, ("linear", "blocked")),
               ("w4a16+", 2, 40, 129, 3008, ("linear", "linear")),
+              # scale rows 16-byte aligned (copied 4 K steps at a time), a tile's K shared from steps that are not a
+              # multiple of 4 (64-row tiles, split 12)
+              ("w4a16", None, 40, 64, 6400, ("linear", "linear")), ("w4a16dual", None, 40, 64, 6400, ("linear", "linear")),
               # M <= 16, K % 128 == 0: the GEMV kernel (8 warps share K; 8 or 16 rows a tile), split-K batched with
               # blocked scales; duals split; K % 128 == 64 stays on the 16-row tiles
               ("w4a16", None, 3, 300, 4096, ("linear", "linear")), ("w4a16+", 2, 7, 129, 8192, ("linear", "blocked")),
