@@ -31,38 +31,33 @@ __device__ __forceinline__ uint32_t ld_cs_l2_128_u16(const void *p) {
   return v;
 }
 
-/* cp.async (ISA "cp.async"): copy `src_bytes` (0..16) of 16 from global to shared
- * memory, zero-filling the rest, bypassing L1 (.cg). */
-__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem, uint32_t src_bytes) {
-  uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+/* cp.async (ISA "cp.async") at a shared-memory address already converted (smem_addr): copy `src_bytes` (0..16) of 16
+ * from global to shared memory, zero-filling the rest, bypassing L1 (.cg); 4 bytes (.ca: copies under 16 bytes may
+ * not bypass L1). A loop that issues many copies then does no address conversion per copy. */
+__device__ __forceinline__ uint32_t smem_addr(const void *smem) { return (uint32_t)__cvta_generic_to_shared(smem); }
+__device__ __forceinline__ void cp_async_16(uint32_t s, const void *gmem, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
-
-/* The same for 8 bytes and for 4 (.ca: copies under 16 bytes may not bypass L1). */
-__device__ __forceinline__ void cp_async_8(void *smem, const void *gmem, uint32_t src_bytes) {
-  uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_4(void *smem, const void *gmem, uint32_t src_bytes) {
-  uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+__device__ __forceinline__ void cp_async_4(uint32_t s, const void *gmem, uint32_t src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
-
-/* The same two with the shared-memory address already converted (smem_addr):
- * a loop that issues many copies then does no address conversion per copy. */
-__device__ __forceinline__ uint32_t smem_addr(const void *smem) { return (uint32_t)__cvta_generic_to_shared(smem); }
+/* ... all bytes read (no source size) */
 __device__ __forceinline__ void cp_async_16(uint32_t s, const void *gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_4(uint32_t s, const void *gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
 }
-/* ... and with `src_bytes` of them read (the rest zero-filled), as above. */
-__device__ __forceinline__ void cp_async_16(uint32_t s, const void *gmem, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+/* ... at a generic pointer into shared memory; and 8 bytes (.ca). */
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem, uint32_t src_bytes) {
+  cp_async_16(smem_addr(smem), gmem, src_bytes);
 }
-__device__ __forceinline__ void cp_async_4(uint32_t s, const void *gmem, uint32_t src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+__device__ __forceinline__ void cp_async_4(void *smem, const void *gmem, uint32_t src_bytes) {
+  cp_async_4(smem_addr(smem), gmem, src_bytes);
+}
+__device__ __forceinline__ void cp_async_8(void *smem, const void *gmem, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes)
+               : "memory");
 }
 
 /* ... and the miss filling 128 bytes of L2 around them (.L2::128B): a row read 32 bytes a step by rows 3.5 KB apart
