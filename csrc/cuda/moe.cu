@@ -289,6 +289,7 @@ bool float_type(int32_t t) { return t == NVFP4_F32 || t == NVFP4_F16 || t == NVF
 
 /* ---- routing: a warp per token (nvfp4.h's definition; csrc/cpu/moe.c) */
 constexpr int ROUTE_WARPS = 4;
+constexpr int ROUTE_HELD = 8; /* ranks a lane holds in registers: up to 256 experts (the tree below takes 8) */
 
 /* nvfp4.h's ranking as one unsigned order, the first the largest: a
  * score's key (order-preserving bits, -0 as +0, NaN 0: after every number)
@@ -320,8 +321,10 @@ __device__ __forceinline__ uint64_t warp_first(uint64_t r) {
  * row (padded a word per 32 so a lane per run reads distinct banks); softmax
  * takes the max and the sum of exp(x - max) by lane partials and a
  * butterfly; sigmoid groups: lane g scores run g by its two best; then top_k
- * rounds, each a search of the open experts and a warp-wide first; lane j
- * keeps the j-th, and the weights' sum is taken in rank order. */
+ * rounds, each the best of the lane's open experts (their ranks held in
+ * registers up to 256 experts: no shared-memory load, division or test a
+ * round) and a warp-wide first; lane j keeps the j-th, and the weights' sum
+ * is taken in rank order. */
 __host__ __device__ __forceinline__ int route_slot(int e) { return e + e / 32; }
 
 template <typename T>
@@ -370,18 +373,34 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4
       if (lane == g) gr = 0;
     }
   }
-  uint64_t taken = 0; /* bit q: expert lane + 32 q chosen */
-  int id = -1;        /* lane j < top_k: the j-th */
-  for (int j = 0; j < k; j++) {
-    uint64_t best = 0;
-    for (int q = 0, e = lane; e < experts; q++, e += 32) {
-      if ((taken >> q & 1u) || !(kept >> (e / run) & 1u)) continue;
-      const uint64_t c = rank_of(key[route_slot(e)], e);
-      best = c > best ? c : best;
+  uint64_t open = 0; /* bit q: expert lane + 32 q competes (its run kept) and is not chosen yet */
+  for (int q = 0, e = lane; e < experts; q++, e += 32)
+    if (kept >> (e / run) & 1u) open |= 1ull << q;
+  int id = -1; /* lane j < top_k: the j-th */
+  auto top = [](uint64_t a, uint64_t b) { return a > b ? a : b; };
+  if (experts <= 32 * ROUTE_HELD) { /* the lane's ranks held in registers (0: not open), a tree of maxima a round */
+    uint64_t r[ROUTE_HELD];
+#pragma unroll
+    for (int q = 0; q < ROUTE_HELD; q++) r[q] = open >> q & 1 ? rank_of(key[route_slot(lane + 32 * q)], lane + 32 * q) : 0;
+    for (int j = 0; j < k; j++) {
+      const uint64_t best = top(top(top(r[0], r[1]), top(r[2], r[3])), top(top(r[4], r[5]), top(r[6], r[7])));
+      const int i = rank_index(warp_first(best));
+#pragma unroll
+      for (int q = 0; q < ROUTE_HELD; q++)
+        if (i == lane + 32 * q) r[q] = 0;
+      if (lane == j) id = i;
     }
-    const int i = rank_index(warp_first(best));
-    if (i % 32 == lane) taken |= 1ull << (i / 32);
-    if (lane == j) id = i;
+  } else {
+    for (int j = 0; j < k; j++) {
+      uint64_t best = 0;
+      for (uint64_t m = open; m; m &= m - 1) { /* the lane's open experts */
+        const int e = lane + 32 * (__ffsll((long long)m) - 1);
+        best = top(best, rank_of(key[route_slot(e)], e));
+      }
+      const int i = rank_index(warp_first(best));
+      if (i % 32 == lane) open &= ~(1ull << (i / 32));
+      if (lane == j) id = i;
+    }
   }
   const float w = lane < k ? (r.sigmoid ? sig(to_float(x[id])) : expf(to_float(x[id]) - hi) / z) : 0.0f;
   float sum = 0.0f;
