@@ -379,15 +379,19 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS) moe_route_kernel(const nvfp4
   int id = -1; /* lane j < top_k: the j-th */
   auto top = [](uint64_t a, uint64_t b) { return a > b ? a : b; };
   if (experts <= 32 * ROUTE_HELD) { /* the lane's ranks held in registers (0: not open), a tree of maxima a round */
-    uint64_t r[ROUTE_HELD];
+    uint64_t held[ROUTE_HELD];
 #pragma unroll
-    for (int q = 0; q < ROUTE_HELD; q++) r[q] = open >> q & 1 ? rank_of(key[route_slot(lane + 32 * q)], lane + 32 * q) : 0;
+    for (int q = 0; q < ROUTE_HELD; q++) {
+      const int e = lane + 32 * q;
+      held[q] = open >> q & 1 ? rank_of(key[route_slot(e)], e) : 0;
+    }
     for (int j = 0; j < k; j++) {
-      const uint64_t best = top(top(top(r[0], r[1]), top(r[2], r[3])), top(top(r[4], r[5]), top(r[6], r[7])));
+      const uint64_t best = top(top(top(held[0], held[1]), top(held[2], held[3])),
+                                top(top(held[4], held[5]), top(held[6], held[7])));
       const int i = rank_index(warp_first(best));
 #pragma unroll
       for (int q = 0; q < ROUTE_HELD; q++)
-        if (i == lane + 32 * q) r[q] = 0;
+        if (i == lane + 32 * q) held[q] = 0;
       if (lane == j) id = i;
     }
   } else {
