@@ -35,7 +35,9 @@ ROUTES = [("softmax", 128, 8, {}), ("softmax", 60, 4, {"renormalize": False}), (
           ("sigmoid", 256, 8, {"n_group": 8, "topk_group": 4, "bias": True, "scale": 2.5}),  # DeepSeek-V3
           ("sigmoid", 64, 6, {"n_group": 32, "topk_group": 3, "bias": True}),  # runs of 2 experts
           ("sigmoid", 16, 3, {"n_group": 16, "topk_group": 16}),  # runs of one
-          ("sigmoid", 2048, 32, {"renormalize": False}), ("softmax", 1, 1, {})]
+          ("sigmoid", 2048, 32, {"renormalize": False}), ("softmax", 1, 1, {}),
+          ("softmax", 250, 8, {}),  # lanes holding 7 or 8 experts' ranks (the GPU holds up to 256 in registers)
+          ("sigmoid", 288, 8, {"n_group": 8, "topk_group": 3, "bias": True})]  # past 256: the search a round
 
 
 @pytest.mark.parametrize("scoring,e,k,kw", ROUTES, ids=[f"{r[0]}-{r[1]}-{r[2]}-{len(r[3])}" for r in ROUTES])
