@@ -10,7 +10,7 @@
  * 4 steps in shared memory (cp.async, a group a step, a barrier a step), 16 activation rows x 128 bytes a step read
  * from L2, 4 CTAs an SM; the tiles of `experts` experts, each CTA one tile, as the kernel's grid (its tile's expert
  * by arithmetic: no offset scan or row offsets, the kernel's start). Printed: each layout's time and rate, and a
- * plain read of the same bytes and a device-to-device copy for scale.
+ * plain read of the same bytes and a device-to-device copy (bytes read and written: the benchmarks' copy rate).
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o moe_copies dev/moe_copies.cu
  *   ./moe_copies 57 4096 7168    # DeepSeek-V3 gate/up at T = 8 (57 experts, 2 x 2048 rows), down: 57 7168 2048
@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
   run("tiled (tile, K step runs)", bytes, [&] { copies_kernel<true><<<tiles, THREADS, SMEM>>>(blocks, sink); });
   run("plain read of the bytes", bytes,
       [&] { read_kernel<<<sms * 8, 256>>>(reinterpret_cast<const uint4 *>(tiled), bytes / 16, sink); });
-  run("device copy (bytes read)", bytes,
+  run("device copy (read + write)", 2 * bytes, /* as nvfp4_kernels.timing's copy rate, the SOL's */
       [&] { CHECK(cudaMemcpyAsync(copy_dst, tiled, bytes, cudaMemcpyDeviceToDevice)); });
   CHECK(cudaGetLastError());
   return 0;
