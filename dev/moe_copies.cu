@@ -22,6 +22,8 @@
 
 #include <cuda_runtime.h>
 
+#include "../csrc/cuda/ptx_sm80.cuh" /* the kernels' cp.async wrappers */
+
 #define CHECK(x)                                                                       \
   do {                                                                                 \
     cudaError_t e_ = (x);                                                              \
@@ -41,19 +43,6 @@ constexpr int SLOT = ACT_BYTES + CODE_BYTES; /* a step's slot; the scales' ring 
 constexpr int SF_RING = 2 * ROWS * 16;       /* rows layout: 2 slots of 4 steps, [rows][16 bytes] */
 constexpr int SMEM = STAGES * SLOT + (SF_RING > STAGES * SF_STEP ? SF_RING : STAGES * SF_STEP);
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void cp16(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp16_l2_128(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wait_groups() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 struct Stage {
   const uint8_t *codes, *scales, *act; /* rows: codes [E][N][K/2], scales [E][N][K/16]; tiled: blocks in codes */
   int n, k, tiles_n;
@@ -65,40 +54,40 @@ __global__ void __launch_bounds__(THREADS, 4) copies_kernel(const Stage st, int 
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, steps = st.k / 64;
   const int64_t tile = blockIdx.x, e = tile / st.tiles_n, n0 = tile % st.tiles_n * ROWS;
-  const uint32_t base = smem_u32(smem), sf_base = base + STAGES * SLOT;
+  const uint32_t base = smem_addr(smem), sf_base = base + STAGES * SLOT;
   const uint8_t *act = st.act + (tid / 8) * (int64_t)st.k * 2 + 16 * (tid % 8);
   auto copy = [&](int s) {
     const uint32_t slot = base + s % STAGES * SLOT;
-    cp16(slot + 16 * tid, act + s * 128); /* 16 rows x 128 bytes of activations, L2 hits */
+    cp_async_16(slot + 16 * tid, act + s * 128); /* 16 rows x 128 bytes of activations, L2 hits */
     if (TILED) {
       const uint8_t *block = st.codes + ((tile * steps) + s) * (int64_t)(CODE_BYTES + SF_STEP);
-      cp16(slot + ACT_BYTES + 16 * tid, block + 16 * tid);
-      cp16(slot + ACT_BYTES + 16 * (tid + THREADS), block + 16 * (tid + THREADS));
-      if (tid < SF_STEP / 16) cp16(sf_base + s % STAGES * SF_STEP + 16 * tid, block + CODE_BYTES + 16 * tid);
+      cp_async_16(slot + ACT_BYTES + 16 * tid, block + 16 * tid);
+      cp_async_16(slot + ACT_BYTES + 16 * (tid + THREADS), block + 16 * (tid + THREADS));
+      if (tid < SF_STEP / 16) cp_async_16(sf_base + s % STAGES * SF_STEP + 16 * tid, block + CODE_BYTES + 16 * tid);
     } else {
 #pragma unroll
       for (int q = 0; q < 2; q++) {
         const int64_t row = n0 + tid / 2 + 64 * q;
-        cp16_l2_128(slot + ACT_BYTES + 16 * (tid + THREADS * q),
-                    st.codes + (e * st.n + row) * (int64_t)(st.k / 2) + s * 32 + 16 * (tid % 2));
+        cp_async_16_l2_128(slot + ACT_BYTES + 16 * (tid + THREADS * q),
+                           st.codes + (e * st.n + row) * (int64_t)(st.k / 2) + s * 32 + 16 * (tid % 2), 16);
       }
       if (s % 4 == 0) /* the row's scales of 4 steps */
-        cp16(sf_base + (s / 4) % 2 * (ROWS * 16) + 16 * tid,
+        cp_async_16(sf_base + (s / 4) % 2 * (ROWS * 16) + 16 * tid,
              st.scales + (e * st.n + n0 + tid) * (int64_t)(st.k / 16) + s * 4);
     }
   };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < steps) copy(s);
-    commit();
+    cp_async_commit();
   }
   for (int s = 0; s < steps; s++) {
-    wait_groups<STAGES - 2>();
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
     if (s + STAGES - 1 < steps) copy(s + STAGES - 1);
-    commit();
+    cp_async_commit();
   }
-  wait_groups<0>();
+  cp_async_wait<0>();
   __syncthreads();
   if (tid == 0 && smem[SLOT - 1] == 0x5A && smem[SMEM - 1] == 0xA5) atomicAdd(sink, 1); /* keep the copies */
 }
