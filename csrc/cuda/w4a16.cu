@@ -100,7 +100,7 @@
  * of row r at chunk c ^ (r & 1) (the two 16-byte reads of a quarter warp, rows
  * g and g + 1, then cover all 32 banks); weight codes [rows][32 bytes]. 12
  * KB a step at TN = 128 (10 KB at 64); at TM = 16 (room for 32 rows) 8 KB (6
- * KB). Then the scales' ring (Shape), 4 steps of [rows][4 bytes] a slot.
+ * KB). Then the scales' ring (Shape): slots of 4 steps, [rows][16 bytes].
  *
  * Zero fill: activation rows past M or the expert's rows (in an n8 tile that
  * is read), weight rows
