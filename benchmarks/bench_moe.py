@@ -51,7 +51,7 @@ def logits_of(t, e, routing, gen):
 
 def random_moe(h, i, e, k, mode, gen, dtype=torch.bfloat16):
     """An NVFP4MoE of random codes and scales (its speed does not depend on the values), laid out for
-    dtype's activations (bf16: repacked)."""
+    dtype's activations (bf16: repacked) and by tile."""
     moe = NVFP4MoE(e, h, i, k, mode=mode, dtype=dtype, device="cuda")
     for name in ("w13_weight", "w2_weight"):
         buf = getattr(moe, name).view(torch.uint8)  # any bits are codes, in either layout

@@ -92,10 +92,27 @@ NVFP4_HD int64_t nvfp4_expert_of_row(const int32_t *offs, int64_t experts, int64
   return n < experts ? n : experts - 1;
 }
 
+/* Byte offset of code byte kbyte (codes 2 kbyte, 2 kbyte + 1) of row `row` of one batch of an operand: row_stride
+ * apart, or laid out by tile (nvfp4.h). Separable as nvfp4_sf_offset: offset(row, 0) + offset(0, kbyte). */
+NVFP4_HD int64_t nvfp4_codes_offset(const nvfp4_operand *op, int64_t row, int64_t kbyte) {
+  if (!op->tile_rows) return row * op->row_stride + kbyte;
+  const int shift = op->tile_rows == 64 ? 6 : 7; /* 64 or NVFP4_TILE_ROWS rows a tile */
+  return (row >> shift) * op->row_stride + (row & (op->tile_rows - 1)) * 32 + (kbyte >> 5) * NVFP4_TILE_STEP +
+         (kbyte & 31);
+}
+
+/* Byte offset of scale (row, kb) of one batch of an operand: its layout's, or laid out by tile. Separable. */
+NVFP4_HD int64_t nvfp4_operand_sf_offset(const nvfp4_operand *op, int64_t k_blocks, int64_t row, int64_t kb) {
+  if (!op->tile_rows) return nvfp4_sf_offset(op->sf_layout, op->sf_row_stride, k_blocks, row, kb);
+  const int shift = op->tile_rows == 64 ? 6 : 7;
+  return (row >> shift) * op->sf_row_stride + (row & (op->tile_rows - 1)) * 16 + (kb >> 4) * NVFP4_TILE_SF_GROUP +
+         (kb & 15);
+}
+
 /* Scale (row, kb) of batch l of an operand, as a float. */
 NVFP4_HD float nvfp4_scale(const nvfp4_operand *op, int64_t k_blocks, int64_t l, int64_t row, int64_t kb) {
   const uint8_t *sf = op->sf + l * op->sf_batch_stride;
-  return nvfp4_e4m3_to_float(sf[nvfp4_sf_offset(op->sf_layout, op->sf_row_stride, k_blocks, row, kb)]);
+  return nvfp4_e4m3_to_float(sf[nvfp4_operand_sf_offset(op, k_blocks, row, kb)]);
 }
 
 /* ---- encoding (quantization) ----------------------------------------------

@@ -17,7 +17,8 @@
  * in fp32 (an e2m1 x e4m3 weight has at most 6 significant bits).
  *
  * Operand memory: row r of batch l starts at data + l*batch_stride + r*row_stride
- * (bytes) and holds K/2 bytes, two codes per byte, the LOW nibble first (even k).
+ * (bytes) and holds K/2 bytes, two codes per byte, the LOW nibble first (even k);
+ * weights laid out by tile (tile_rows) hold the same bytes in runs of 32.
  */
 #ifndef NVFP4_H
 #define NVFP4_H
@@ -61,7 +62,24 @@ typedef struct nvfp4_operand {
   int64_t sf_row_stride;      /* bytes between rows (LINEAR only)      */
   int32_t sf_layout;          /* enum nvfp4_sf_layout                  */
   int32_t codes;              /* enum nvfp4_codes                      */
+  int32_t tile_rows;          /* 0, or laid out by tile (below)        */
 } nvfp4_operand;
+
+/* Weights laid out by tile (tile_rows 64 or 128; an MoE's experts, rows
+ * grouped by expert only): the codes and scales of NVFP4_TILE_ROWS rows and
+ * 4 K steps of 64 values are one run each, in the order the GPU kernels copy
+ * them. Per batch, tile t (at t*row_stride codes, t*sf_row_stride scales)
+ * holds operand rows [t*tile_rows, (t + 1)*tile_rows) at places 0.. (a gated
+ * expert's W1 and W3: two operands of tile_rows 64, W3's data and sf 64
+ * places on); place p, K step s (values 64s .. 64s + 63): 32 code bytes at
+ * s*NVFP4_TILE_STEP + 32p, its 4 scales at (s/4)*NVFP4_TILE_SF_GROUP + 16p +
+ * 4(s%4). K is padded to whole groups of 4 steps with zero codes and scales;
+ * sf_layout is NVFP4_SF_LINEAR (a step's 4 scales lie together, as there).
+ * nvfp4_codes_offset and nvfp4_operand_sf_offset (numerics.h) are the
+ * addressing. */
+#define NVFP4_TILE_ROWS 128
+#define NVFP4_TILE_STEP (NVFP4_TILE_ROWS * 32)     /* code bytes of a tile's K step */
+#define NVFP4_TILE_SF_GROUP (NVFP4_TILE_ROWS * 16) /* scale bytes of a tile's 4 K steps */
 
 /* Element types: a problem's output (F16, BF16), its bias (F32, F16, BF16),
  * its activations (E2M1: NVFP4 codes and scales; F16 or BF16: W4A16), and

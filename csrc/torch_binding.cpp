@@ -743,10 +743,14 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   const auto bytes = [&](const Tensor &t) { return pairs ? Arg(t).word_bytes() : Arg(t); };
   const Arg w_ = bytes(w);
   check_fp4_tensor(op, "w", w_);
-  TORCH_CHECK_VALUE(w.dim() == 3, op, ": w must be [E, N, ", pairs ? "K/8" : "K/2", "]",
-                    gated ? " (W1 then W3: 2N rows)" : "", ", got shape ", w.sizes());
+  /* laid out by tile (ops.tile_experts, nvfp4.h): [E, tiles, ceil(K/256), 16384 bytes] codes, [E, tiles,
+   * ceil(K/256), 2048] scales; a tile 128 rows, or a gated expert's 64 of W1 and 64 of W3 */
+  const bool tiled = w.dim() == 4;
+  TORCH_CHECK_VALUE(w.dim() == 3 || tiled, op, ": w must be [E, N, ", pairs ? "K/8" : "K/2", "]",
+                    gated ? " (W1 then W3: 2N rows)" : "", " or laid out by tile (ops.tile_experts), got shape ",
+                    w.sizes());
   const int64_t X = x.size(0), T = row_index ? row_index->size(0) : X, K = x.size(1), E = w.size(0),
-                N = gated ? w.size(1) / 2 : w.size(1);
+                rows = tiled ? w.size(1) * NVFP4_TILE_ROWS : w.size(1), N = gated ? rows / 2 : rows;
   if (row_index) {
     TORCH_CHECK_TYPE(row_index->scalar_type() == at::kInt, op, ": row_index must be int32, got ",
                      row_index->scalar_type());
@@ -757,11 +761,16 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
                       " but x is on ", x.device());
     TORCH_CHECK_VALUE(X > 0 || T == 0, op, ": row_index has ", T, " rows but x has none to index");
   }
-  TORCH_CHECK_VALUE(2 * w_.size(2) == K, op, ": w ", pairs ? "(int32 words) has K/8=" : "has K/2=", w.size(2),
-                    " but x has K=", K);
+  const int64_t groups = (K + 4 * 64 - 1) / (4 * 64); /* a tile's runs of 4 K steps */
+  TORCH_CHECK_VALUE(tiled || 2 * w_.size(2) == K, op, ": w ", pairs ? "(int32 words) has K/8=" : "has K/2=",
+                    w.size(2), " but x has K=", K);
+  TORCH_CHECK_VALUE(!tiled || (w_.size(2) == groups && w_.size(3) == 4 * NVFP4_TILE_STEP), op,
+                    ": w laid out by tile must be [E, tiles, ceil(K/256)=", groups, ", ", 4 * NVFP4_TILE_STEP,
+                    pairs ? " / 4 words" : " bytes", "] for x's K=", K, ", got shape ", w.sizes());
   TORCH_CHECK_VALUE(K > 0 && K % 16 == 0, op, ": K (= x.shape[1] = ", K,
                     ") must be a positive multiple of 16 (one e4m3 scale per 16 values)");
-  TORCH_CHECK_VALUE(!gated || w.size(1) % 2 == 0, op, ": a gated w must have 2N rows (W1 then W3), got ", w.size(1));
+  TORCH_CHECK_VALUE(!gated || tiled || w.size(1) % 2 == 0, op, ": a gated w must have 2N rows (W1 then W3), got ",
+                    w.size(1));
   TORCH_CHECK_TYPE(offs.scalar_type() == at::kInt, op, ": offs must be int32, got ", offs.scalar_type());
   TORCH_CHECK_VALUE(offs.dim() == 1 && offs.size(0) == E && (offs.stride(0) == 1 || E <= 1), op,
                     ": offs must be a contiguous [E] = [", E, "] tensor (one cumulative row end per expert), got shape ",
@@ -794,7 +803,31 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   p.a.data = static_cast<const uint8_t *>(x.const_data_ptr());
   p.a.row_stride = x.stride(0) * 2;
   p.a_type = x.scalar_type() == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
-  if (gated) {
+  if (tiled) {
+    TORCH_CHECK_TYPE(is_e4m3(w_sf.scalar_type()), op, ": w_sf must be float8_e4m3fn or uint8 (e4m3 bytes), got ",
+                     w_sf.scalar_type());
+    TORCH_CHECK_VALUE(w_sf.dim() == 4 && w_sf.size(0) == E && w_sf.size(1) == w.size(1) && w_sf.size(2) == groups &&
+                          w_sf.size(3) == NVFP4_TILE_SF_GROUP,
+                      op, ": w_sf laid out by tile must be [E, tiles, ceil(K/256), ", NVFP4_TILE_SF_GROUP,
+                      "] = [", E, ", ", w.size(1), ", ", groups, ", ", NVFP4_TILE_SF_GROUP, "], got shape ",
+                      w_sf.sizes());
+    TORCH_CHECK_VALUE((w_.stride(3) == 1 && w_.stride(2) == 4 * NVFP4_TILE_STEP) &&
+                          (w_sf.stride(3) == 1 && w_sf.stride(2) == NVFP4_TILE_SF_GROUP),
+                      op, ": w and w_sf laid out by tile must be contiguous within each tile, got strides ",
+                      w_.strides(), " and ", w_sf.strides());
+    /* a gated tile: W1's rows at places 0..63, W3's at 64..127 */
+    const auto operand = [&](int half) {
+      nvfp4_operand o{};
+      o.data = static_cast<const uint8_t *>(w_.ptr) + half * 64 * 32;
+      o.batch_stride = w_.stride(0), o.row_stride = w_.stride(1);
+      o.sf = static_cast<const uint8_t *>(w_sf.const_data_ptr()) + half * 64 * 16;
+      o.sf_batch_stride = w_sf.stride(0), o.sf_row_stride = w_sf.stride(1);
+      o.tile_rows = gated ? 64 : NVFP4_TILE_ROWS;
+      return o;
+    };
+    p.b = operand(0);
+    if (gated) p.b2 = operand(1);
+  } else if (gated) {
     const bool blocked = w_sf.dim() == 6;
     TORCH_CHECK_VALUE(!blocked || N % 128 == 0, op, ": blocked scales of a gated w need N % 128 == 0 (W1 and W3 "
                       "in whole 128-row atoms), got N=", N);

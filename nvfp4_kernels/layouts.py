@@ -9,6 +9,11 @@ Layouts (the C side reads the same definitions in csrc/numerics.h):
   Atom (rb, kb4) covers rows 128*rb .. +127 and scale columns 4*kb4 .. +3; row
   r = 128*rb + 32*i4 + i32 and column j = 4*kb4 + j4 sit at [rb, kb4, i32, i4, j4].
   Rows and columns past R and K/16 are padding: kernels never read them.
+* experts laid out by tile (grouped_mm's weights, csrc/nvfp4.h): codes [E, N/128, ceil(K/256), 16384]
+  and scales [E, N/128, ceil(K/256), 2048]. Tile t, run g: 4 K steps of 64 values of 128 rows,
+  step s of row place p at 4096 s + 32 p (32 code bytes), and the rows' 16 scales of the run at
+  16 p. A tile holds rows 128 t .. +127, or of a gated expert ([2N] rows: W1 then W3) W1's rows
+  64 t .. +63 then W3's. K is padded with zero codes and scales.
 * competition ("GPU MODE") tensors are batch-last views of batch-first memory:
   data (R, K/2, L) over [L, R, K/2]; permuted scales (32, 4, RB, 4, KB4, L) over
   the blocked [L, RB, KB4, 32, 4, 4].
@@ -63,6 +68,58 @@ def from_blocked(sf: torch.Tensor, rows: int, k_blocks: int) -> torch.Tensor:
     t = b.permute(*range(n), n, n + 3, n + 2, n + 1, n + 4)  # [..., rb, i4, i32, kb4, j4]
     t = t.reshape(*lead, rb * 128, kb4 * 4)[..., :rows, :k_blocks]
     return t.view(sf.dtype) if sf.dtype != torch.uint8 else t
+
+
+TILE_ROWS, TILE_RUN = 128, 256  # a tile's rows; the K values of a run (4 steps of 64)
+
+
+def _tile_rows(t: torch.Tensor, gated: bool) -> torch.Tensor:
+    """[E, R, C] -> [E, R/128, 128, C]: a tile's rows (gated: W1's 64 then W3's 64)."""
+    e, rows, c = t.shape
+    if not gated:
+        return t.reshape(e, rows // TILE_ROWS, TILE_ROWS, c)
+    n = rows // 2
+    return torch.cat([t[:, :n].reshape(e, n // 64, 64, c), t[:, n:].reshape(e, n // 64, 64, c)], dim=2)
+
+
+def _untile_rows(t: torch.Tensor, gated: bool) -> torch.Tensor:
+    """Inverse of _tile_rows: [E, tiles, 128, C] -> [E, R, C]."""
+    e, tiles, _, c = t.shape
+    if not gated:
+        return t.reshape(e, tiles * TILE_ROWS, c)
+    return torch.cat([t[:, :, :64].reshape(e, tiles * 64, c), t[:, :, 64:].reshape(e, tiles * 64, c)], dim=1)
+
+
+def to_expert_tiles(w: torch.Tensor, w_sf: torch.Tensor, gated: bool = False):
+    """Experts' codes w [E, R, K/2] (uint8 or float4_e2m1fn_x2; or int32 [E, R, K/8], pack_bf16_pairs'
+    words) and linear scales w_sf [E, R, K/16] -> (codes, scales) laid out by tile (above), in w's
+    and w_sf's dtypes, on their device. R a multiple of 128; gated (W1 then W3): of 128 too."""
+    if w.dim() != 3 or w_sf.dim() != 3 or w.shape[:2] != w_sf.shape[:2]:
+        raise ValueError(f"to_expert_tiles: w [E, R, K/2] and w_sf [E, R, K/16] needed, got {tuple(w.shape)} and "
+                         f"{tuple(w_sf.shape)}")
+    codes = w.contiguous().view(torch.uint8) if w.dtype == torch.int32 else as_bytes(w)
+    e, rows, half_k = codes.shape
+    if rows % TILE_ROWS or w_sf.shape[2] * 8 != half_k:
+        raise ValueError(f"to_expert_tiles: R={rows} must be a multiple of {TILE_ROWS} and w_sf [E, R, K/16], got "
+                         f"w {tuple(w.shape)}, w_sf {tuple(w_sf.shape)}")
+    runs = -(-2 * half_k // TILE_RUN)
+    tiles = rows // TILE_ROWS
+    c = torch.nn.functional.pad(_tile_rows(codes, gated), (0, runs * TILE_RUN // 2 - half_k))
+    c = c.reshape(e, tiles, TILE_ROWS, 4 * runs, 32).permute(0, 1, 3, 2, 4).reshape(e, tiles, runs, 4 * 4096)
+    s = torch.nn.functional.pad(_tile_rows(as_bytes(w_sf), gated), (0, 16 * runs - w_sf.shape[2]))
+    s = s.reshape(e, tiles, TILE_ROWS, runs, 16).permute(0, 1, 3, 2, 4).reshape(e, tiles, runs, 16 * TILE_ROWS)
+    return c.view(w.dtype), s.view(w_sf.dtype)
+
+
+def from_expert_tiles(w: torch.Tensor, w_sf: torch.Tensor, k: int, gated: bool = False):
+    """Inverse of to_expert_tiles: (codes [E, R, K/2] (int32 [E, R, K/8] for words), scales [E, R, K/16])."""
+    codes = w.contiguous().view(torch.uint8) if w.dtype == torch.int32 else as_bytes(w)
+    e, tiles, runs, _ = codes.shape
+    c = codes.reshape(e, tiles, 4 * runs, TILE_ROWS, 32).permute(0, 1, 3, 2, 4).reshape(e, tiles, TILE_ROWS, -1)
+    c = _untile_rows(c[..., :k // 2], gated).contiguous()
+    s = as_bytes(w_sf).reshape(e, tiles, runs, TILE_ROWS, 16).permute(0, 1, 3, 2, 4).reshape(e, tiles, TILE_ROWS, -1)
+    s = _untile_rows(s[..., :k // 16], gated).contiguous()
+    return c.view(w.dtype), s.view(w_sf.dtype)
 
 
 def batch_last(t: torch.Tensor) -> torch.Tensor:

@@ -43,7 +43,7 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from . import ops
+from . import layouts, ops
 
 MODES = ("w4a4", "w4a16")
 _AMAX_TO_SCALE = 6.0 * 448.0  # e2m1's largest value times e4m3's: the divisor's denominator
@@ -68,7 +68,8 @@ def _scalar_tensor(value, name: str, device) -> torch.Tensor:
 class _NVFP4Module(torch.nn.Module):
     """What NVFP4Linear and NVFP4MoE share: derived buffers set in place, buffers that keep their
     dtype through ``.to(dtype)``, and code buffers (``_CODES``) held repacked for bf16
-    (``ops.pack_bf16_pairs``) where ``_pairs`` says, while ``state_dict()`` / ``load_state_dict()``
+    (``ops.pack_bf16_pairs``) where ``_pairs`` says and, with their scales, laid out by tile
+    (``layouts.to_expert_tiles``) where ``_tiles`` says, while ``state_dict()`` / ``load_state_dict()``
     exchange the checkpoint's bytes. ``dtype``: the activations' dtype the layout is for."""
 
     _FIXED_DTYPE: Tuple[str, ...] = ()
@@ -86,6 +87,23 @@ class _NVFP4Module(torch.nn.Module):
     def _pairs(self, device: torch.device, dtype: torch.dtype) -> bool:
         raise NotImplementedError
 
+    def _tiles(self, name: str, device: torch.device) -> bool:
+        """Whether code buffer ``name`` and its scales are laid out by tile on ``device``."""
+        return False
+
+    def _tile_spec(self, name: str) -> Tuple[str, bool, int]:
+        """Code buffer ``name``'s scales buffer, whether it is gated (W1 then W3), and its K."""
+        raise NotImplementedError
+
+    def _checkpoint(self, name: str) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Buffer ``name`` as the checkpoint holds it (uint8 [..., K/2]) and, where it is laid out by
+        tile, its scales so too (else None); new tensors where they are laid out otherwise."""
+        w, sf = self._buffers[name], None
+        if w.dim() == 4:
+            sf_name, gated, k = self._tile_spec(name)
+            w, sf = layouts.from_expert_tiles(w, self._buffers[sf_name], k, gated)
+        return (ops.unpack_bf16_pairs(w) if w.dtype == torch.int32 else w), sf
+
     def _register_codes(self, name: str, shape: Tuple[int, ...], device) -> None:
         """A zero code buffer [..., K/2] in the layout _pairs asks for (zero codes repack to zero words)."""
         if self._pairs(torch.empty(0, device=device).device, self.dtype):
@@ -95,8 +113,7 @@ class _NVFP4Module(torch.nn.Module):
 
     def _codes(self, name: str) -> torch.Tensor:
         """Buffer ``name`` as the checkpoint holds it: uint8 [..., K/2] (a new tensor where it is repacked)."""
-        w = self._buffers[name]
-        return ops.unpack_bf16_pairs(w) if w.dtype == torch.int32 else w
+        return self._checkpoint(name)[0]
 
     @torch.no_grad()
     def _copy_codes(self, name: str, codes: torch.Tensor, index=None) -> None:
@@ -105,29 +122,58 @@ class _NVFP4Module(torch.nn.Module):
         codes = codes.view(torch.uint8) if codes.dtype != torch.uint8 else codes
         dst.copy_(ops.pack_bf16_pairs(codes) if dst.dtype == torch.int32 else codes)
 
+    def _laid_out(self, name: str, codes: torch.Tensor, sf: Optional[torch.Tensor], pairs: bool, tiles: bool):
+        """Checkpoint codes (and, where tiles, their linear scales) in the layout asked for."""
+        codes = ops.pack_bf16_pairs(codes) if pairs else codes
+        if not tiles:
+            return codes, sf
+        _, gated, _ = self._tile_spec(name)
+        return layouts.to_expert_tiles(codes, sf, gated)
+
     @torch.no_grad()
-    def _relayout(self, to_int32: Optional[bool] = None) -> None:
-        """Each code buffer into the layout _pairs asks for on its device (or to_int32's)."""
+    def _relayout(self, to_int32: Optional[bool] = None, to_tiles: Optional[bool] = None) -> None:
+        """Each code buffer (and its scales) into the layout _pairs and _tiles ask for on its device (or
+        to_int32's, to_tiles')."""
         for name in self._CODES:
             w = self._buffers[name]
             pairs = self._pairs(w.device, self.dtype) if to_int32 is None else to_int32
-            if w.dtype == torch.int32 and not pairs:
-                self._buffers[name] = ops.unpack_bf16_pairs(w)
-            elif w.dtype == torch.uint8 and pairs:
-                self._buffers[name] = ops.pack_bf16_pairs(w)
+            tiles = self._tiles(name, w.device) if to_tiles is None else to_tiles
+            if (w.dtype == torch.int32) == pairs and (w.dim() == 4) == tiles:
+                continue
+            codes, sf = self._checkpoint(name)
+            if tiles or sf is not None:
+                sf_name = self._tile_spec(name)[0]
+                codes, sf = self._laid_out(name, codes, self._buffers[sf_name] if sf is None else sf, pairs, tiles)
+                self._buffers[sf_name] = sf
+            else:
+                codes, _ = self._laid_out(name, codes, None, pairs, False)
+            self._buffers[name] = codes
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         for name in self._CODES:
-            if self._buffers[name].dtype == torch.int32:
-                destination[prefix + name] = self._codes(name)
+            w = self._buffers[name]
+            if w.dtype == torch.int32 or w.dim() == 4:
+                codes, sf = self._checkpoint(name)
+                destination[prefix + name] = codes
+                if sf is not None:
+                    destination[prefix + self._tile_spec(name)[0]] = sf
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         for name in self._CODES:  # the checkpoint's bytes, in this module's layout
             w, v = self._buffers[name], state_dict.get(prefix + name)
-            if w.dtype == torch.int32 and isinstance(v, torch.Tensor) and \
-                    v.dtype in (torch.uint8, torch.float4_e2m1fn_x2) and v.shape == (*w.shape[:-1], 4 * w.shape[-1]):
+            if not (isinstance(v, torch.Tensor) and v.dtype in (torch.uint8, torch.float4_e2m1fn_x2)):
+                continue
+            if w.dim() == 4:  # laid out by tile: codes and scales together
+                sf_name = self._tile_spec(name)[0]
+                sf, (_, _, k) = state_dict.get(prefix + sf_name), self._tile_spec(name)
+                rows = (w.shape[0], w.shape[1] * layouts.TILE_ROWS)
+                if isinstance(sf, torch.Tensor) and v.shape == (*rows, k // 2) and sf.shape == (*rows, k // _BLOCK):
+                    codes, sf = self._laid_out(name, v.to(w.device).view(torch.uint8), sf.to(w.device),
+                                               w.dtype == torch.int32, True)
+                    state_dict[prefix + name], state_dict[prefix + sf_name] = codes, sf
+            elif w.dtype == torch.int32 and v.shape == (*w.shape[:-1], 4 * w.shape[-1]):
                 state_dict[prefix + name] = ops.pack_bf16_pairs(v)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -505,9 +551,13 @@ class NVFP4MoE(_NVFP4Module):
 
     ``dtype``: the activations' dtype the experts are laid out for. A bfloat16 MoE on a GPU holds
     w13_weight and w2_weight repacked for bf16 (``ops.pack_bf16_pairs``: int32 [E, 2I, H/8] and
-    [E, H, I/8]; both modes, since both multiply bf16 values); ``state_dict()`` and
-    ``load_state_dict()`` exchange the checkpoint's bytes all the same, ``weight_codes(name)``
-    returns them, and fp16 x turns the weights back into them once.
+    [E, H, I/8]; both modes, since both multiply bf16 values); fp16 x turns them back into the
+    checkpoint's bytes once. On a GPU, where I % 64 == 0 and H % 128 == 0, the experts' codes and
+    scales are also laid out by tile (``layouts.to_expert_tiles``: w13_weight [E, 2I/128,
+    ceil(H/256), 16384] bytes, w13_weight_scale [E, 2I/128, ceil(H/256), 2048], w2 alike), which
+    the kernels copy in long runs. ``state_dict()`` and ``load_state_dict()`` exchange the
+    checkpoint's tensors all the same, and ``weight_codes(name)`` / ``weight_scales(name)`` return
+    them.
     """
 
     # Module.to(dtype) casts every floating tensor; these keep their dtype.
@@ -557,6 +607,7 @@ class NVFP4MoE(_NVFP4Module):
             self.register_buffer("w13_input_scale", torch.ones(e, **f32))
             self.register_buffer("w2_input_scale", torch.ones(e, **f32))
         self.register_buffer("e_score_correction_bias", torch.zeros(e, **f32) if correction_bias else None)
+        self._relayout()
         self.update_derived_scales()
 
     @torch.no_grad()
@@ -578,12 +629,30 @@ class NVFP4MoE(_NVFP4Module):
         grouped_mm on bf16 values; the CPU kernel reads the checkpoint's bytes faster)."""
         return dtype == torch.bfloat16 and device.type == "cuda"
 
+    def _tiles(self, name: str, device: torch.device) -> bool:
+        """Whether the experts are held laid out by tile (on a GPU, whose kernels then copy each tile's
+        codes and scales in long runs; whole tiles: 2I = 2 x 64 k rows, H = 128 k rows)."""
+        return device.type == "cuda" and self.intermediate_size % 64 == 0 and \
+            self.hidden_size % layouts.TILE_ROWS == 0
+
+    def _tile_spec(self, name: str) -> Tuple[str, bool, int]:
+        return (name + "_scale", True, self.hidden_size) if name == "w13_weight" else \
+            (name + "_scale", False, self.intermediate_size)
+
     def weight_codes(self, name: str) -> torch.Tensor:
         """``name`` ("w13_weight" or "w2_weight") as the checkpoint holds it: uint8 [E, N, K/2] (a new
-        tensor where it is repacked)."""
+        tensor where it is laid out otherwise)."""
         if name not in self._CODES:
             raise ValueError(f"NVFP4MoE.weight_codes: name must be one of {self._CODES}, got {name!r}")
         return self._codes(name)
+
+    def weight_scales(self, name: str) -> torch.Tensor:
+        """The scales of ``name`` ("w13_weight" or "w2_weight") as the checkpoint holds them:
+        float8_e4m3fn [E, N, K/16] (a new tensor where they are laid out by tile)."""
+        if name not in self._CODES:
+            raise ValueError(f"NVFP4MoE.weight_scales: name must be one of {self._CODES}, got {name!r}")
+        sf = self._checkpoint(name)[1]
+        return self._buffers[name + "_scale"] if sf is None else sf
 
     # ---- forward -------------------------------------------------------------------------------
     def route(self, router_logits: torch.Tensor):
@@ -680,6 +749,7 @@ class NVFP4MoE(_NVFP4Module):
                                  f"{getattr(g, name).item()} and {getattr(u, name).item()}; one quantized input feeds "
                                  "both")
         moe = cls(len(gate), h, i, top_k, mode=mode, dtype=gate[0].dtype, device=gate[0].weight.device, **routing)
+        moe._relayout(to_int32=False, to_tiles=False)  # filled as the checkpoint holds it, then laid out
         for e, (g, u, d) in enumerate(zip(gate, up, down)):
             moe._copy_codes("w13_weight", torch.cat([g.weight_codes(), u.weight_codes()]), e)
             moe.w13_weight_scale[e] = torch.cat([g.weight_scale, u.weight_scale])
@@ -688,6 +758,7 @@ class NVFP4MoE(_NVFP4Module):
             moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight_scale, d.weight_scale_2
             if mode == "w4a4":
                 moe.w13_input_scale[e], moe.w2_input_scale[e] = g.input_scale, d.input_scale
+        moe._relayout()
         moe.update_derived_scales()
         if exact and mode == "w4a4":  # the layers' own multipliers and alphas (W4A16's are weight_scale_2)
             for name, src, attr in (("_w13_input_global", gate, "_input_global_scale"),

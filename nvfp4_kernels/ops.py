@@ -186,7 +186,9 @@ def grouped_mm(x, w, w_sf, offs, *, alphas: Optional[torch.Tensor] = None, alpha
     gated: w holds W1 then W3 of each expert ([E, 2N, K/2]) and the result is silu(alphas * x W1^T)
     * (alphas2 * x W3^T), in one pass. Out [T, N] in x's dtype (or out_dtype);
     rows past offs[E - 1] are not written (use out= to keep what is there). With bf16 x, w may be
-    pack_bf16_pairs(w) (int32 [E, N, K/8]), which the kernels decode in fewer instructions.
+    pack_bf16_pairs(w) (int32 [E, N, K/8]), which the kernels decode in fewer instructions. w and
+    w_sf may be laid out by tile (layouts.to_expert_tiles: N a multiple of 128, gated N of 64), which
+    CUDA kernels copy in long runs (the layout an MoE layer holds on a GPU).
     row_index: None, or int32 [R] on x's device: the rows are x[row_index] ([R, K], R rows grouped by
     expert, offs at most R; out [R, N]), read where they lie, not gathered first (an MoE's token of
     each pair: moe_sort's token_of_row). An index outside [0, T) is an error on the CPU (and under
@@ -423,7 +425,8 @@ def _(x, b1, b2, sfb1, sfb2, global_scale=None, alpha1=None, alpha2=None, out_dt
 def _(x, w, w_sf, offs, alphas=None, alphas2=None, gated=False, out_dtype=None, row_index=None, global_scale=None):
     _one_device("grouped_mm", (x, w, w_sf, offs) + tuple(t for t in (alphas, alphas2, row_index, global_scale)
                                                          if t is not None))
-    n = w.shape[-2] // 2 if gated else w.shape[-2]
+    n = w.shape[1] * (128 if w.dim() == 4 else 1)  # laid out by tile: 128 rows a tile
+    n = n // 2 if gated else n
     rows = x.shape[0] if row_index is None else row_index.shape[0]
     return x.new_empty((rows, n), dtype=_w4a16_dtype(x, out_dtype))
 

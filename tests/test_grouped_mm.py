@@ -176,6 +176,84 @@ def test_scales_by_four_steps(device, gen, sizes, k, pad, gated):
                    slack=slack(x, w.data, w.sf, offs, None, None, gated))
 
 
+TILE_CASES = [  # (group sizes, T, N, K, gated, misaligned x): N a multiple of 128 (gated: of 64)
+    ([3, 0, 5, 1], 12, 64, 80, True, False),             # K % 64 != 0: a last partial step; 1 run of 4 steps
+    ([1] * 7, 7, 128, 1024, True, False),                # decode: a row an expert
+    ([2, 0, 5, 1, 0, 3], 14, 256, 2048, False, False),   # 3 rows past the last expert
+    ([2, 5], 7, 384, 2048, False, False),                # long K over few tiles: 64-column tiles, CTAs share K
+    ([40, 0, 3, 1, 17, 0, 0, 2], 66, 128, 512, True, False),  # 32-row tiles
+    ([100, 1, 0, 0, 0, 0, 0, 2], 103, 128, 2000, False, False),  # 31.25 steps, CTAs share K
+    ([130, 3, 0, 60], 193, 128, 528, True, False),       # 64-row tiles
+    ([3, 0, 5, 1], 9, 128, 272, False, True),            # rows not 16-byte aligned: the register-load path
+    ([130, 3, 0, 60], 193, 64, 528, True, True),
+    ([130, 0, 70, 200], 410, 128, 256, False, False),    # the wgmma kernel's tiles (Hopper)
+    ([0, 300, 0], 300, 192, 192, True, False),
+    ([40, 0, 30], 72, 1984, 2048, True, False),          # 16 column tiles: its pre-pass
+]
+
+
+@pytest.mark.parametrize("case", TILE_CASES, ids=[f"{c[0][:4]}-{c[1]}x{c[2]}x{c[3]}-{c[4]}-{c[5]}" for c in TILE_CASES])
+@pytest.mark.parametrize("dtype,pairs", [(torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)])
+def test_experts_by_tile(device, gen, case, dtype, pairs):
+    """Experts laid out by tile (layouts.to_expert_tiles) give the checkpoint layout's results bit for bit on
+    the same kernel (which the reference checks above): plain and gated, K not a multiple of 64 or 256, the
+    tile kernels' shapes, rows by token and quantized first (an MoE's W4A4 stage), pairs for bf16."""
+    sizes, t, n, k, gated, misaligned = case
+    e = len(sizes)
+    w = random_operand(e, 2 * n if gated else n, k, gen=gen, device=device)
+    codes = nk.pack_bf16_pairs(w.data) if pairs else w.data
+    tiles, tile_sf = nk.layouts.to_expert_tiles(codes, w.sf, gated)
+    runs = -(-k // 256)
+    assert tiles.shape == (e, (2 * n if gated else n) // 128, runs, 4096 if pairs else 16384)
+    assert tile_sf.shape == (e, tiles.shape[1], runs, 2048) and tile_sf.dtype == w.sf.dtype
+    x = activations(t, k, dtype, gen, device)
+    if misaligned:
+        x = torch.cat([x, x[:, :1]], dim=1)[:, 1:]  # rows 2 (K + 1) bytes apart
+        x.copy_(activations(t, k, dtype, gen, device))
+    offs = routing(sizes, device)
+    alphas = (torch.rand(e, generator=gen) + 0.25).to(device)
+    alphas2 = (torch.rand(e, generator=gen) * 2).to(device) if gated else None
+    op = "grouped_mm_gated" if gated else "grouped_mm"
+    for extra in ({}, {"row_index": torch.randint(0, t, (t + 3,), generator=gen, dtype=torch.int32).to(device),
+                       "global_scale": (torch.rand(e, generator=gen) + 0.5).to(device)}):
+        rows = t + 3 if extra else t
+        want, got = (poisoned((rows, n), device).to(dtype) for _ in range(2))
+        nk.grouped_mm(x, codes, w.sf, offs, alphas=alphas, alphas2=alphas2, gated=gated, out=want, **extra)
+        nk.grouped_mm(x, tiles, tile_sf, offs, alphas=alphas, alphas2=alphas2, gated=gated, out=got, **extra)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"by tile {case} {extra.keys()}"
+        if device == "cuda" and not extra:  # the same kernel; by tile every copy is one cp.async (any K)
+            name, flat = nk.kernel_name(op, x, tiles, tile_sf, offs), nk.kernel_name(op, x, codes, w.sf, offs)
+            assert name.split(" (")[0] == flat.split(" (")[0] and "rows by expert" in name, (name, flat)
+            assert ("register loads" in name) == misaligned, name
+    back = nk.layouts.from_expert_tiles(tiles, tile_sf, k, gated)
+    assert back[0].dtype == codes.dtype and back[1].dtype == w.sf.dtype
+    assert torch.equal(back[0].view(torch.uint8), codes.view(torch.uint8))
+    assert torch.equal(back[1].view(torch.uint8), w.sf.view(torch.uint8))
+
+
+def test_experts_by_tile_bad_arguments(device):
+    e, t, n, k = 3, 5, 128, 64
+    w = random_operand(e, n, k, gen=torch.Generator().manual_seed(0), device=device)
+    tiles, sf = nk.layouts.to_expert_tiles(w.data, w.sf)
+    x = torch.zeros(t, k, dtype=torch.bfloat16, device=device)
+    offs = routing([1, 2, 2], device)
+    cases = [
+        (r"w laid out by tile must be \[E, tiles, ceil\(K/256\)=2, 16384 bytes\] for x's K=272",
+         dict(x=torch.zeros(t, 272, dtype=torch.bfloat16, device=device))),
+        (r"w_sf laid out by tile must be \[E, tiles, ceil\(K/256\), 2048\] = \[3, 1, 1, 2048\], got shape "
+         r"\[3, 1, 1, 1024\]", dict(sf=sf[..., :1024])),
+        (r"w_sf laid out by tile must be", dict(sf=w.sf)),
+        (r"w must be \[E, N, K/2\] or laid out by tile", dict(w=tiles[None])),
+        (r"must be contiguous within each tile", dict(w=torch.cat([tiles, tiles], dim=2)[:, :, ::2])),
+    ]
+    for msg, kw in cases:
+        args = dict(x=x, w=tiles, sf=sf) | kw
+        with pytest.raises(ValueError, match=msg):
+            nk.grouped_mm(args["x"], args["w"], args["sf"], offs)
+    with pytest.raises(ValueError, match=r"R=64 must be a multiple of 128"):
+        nk.layouts.to_expert_tiles(w.data[:, :64], w.sf[:, :64])
+
+
 @needs_cuda
 @pytest.mark.parametrize("e,t,n,k,routings", [
     (6, 24, 96, 256, ([24, 0, 0, 0, 0, 0], [0, 3, 0, 11, 0, 10], [1, 2, 3, 4, 5, 9])),

@@ -37,6 +37,7 @@ def per_token(moe, x, logits, topk=None):
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
     i = moe.intermediate_size
     w13_codes, w2_codes = moe.weight_codes("w13_weight"), moe.weight_codes("w2_weight")
+    w13_scales, w2_scales = moe.weight_scales("w13_weight"), moe.weight_scales("w2_weight")
 
     def act(v, e, which):  # w4a4: v quantized with expert e's input_scale, as exact values
         if moe.mode == "w4a16":
@@ -48,10 +49,10 @@ def per_token(moe, x, logits, topk=None):
     for t in range(x.shape[0]):
         for j in range(moe.top_k):
             e = int(ids[t, j])
-            w13, s13 = w13_codes[e], moe.w13_weight_scale[e]
+            w13, s13 = w13_codes[e], w13_scales[e]
             h = nk.dual_gemm_w4a16(act(x[t:t + 1], e, "w13"), w13[:i], w13[i:], s13[:i], s13[i:],
                                    alpha1=moe._alpha1[e:e + 1], alpha2=moe._alpha3[e:e + 1])
-            y = nk.gemm_w4a16(act(h, e, "w2"), w2_codes[e], moe.w2_weight_scale[e], alpha=moe._alpha2[e:e + 1])
+            y = nk.gemm_w4a16(act(h, e, "w2"), w2_codes[e], w2_scales[e], alpha=moe._alpha2[e:e + 1])
             out[t] += weights[t, j] * y[0].float()
     return out.to(x.dtype)
 
@@ -164,6 +165,60 @@ def test_moe_holds_repacked_weights(gen, mode):
     check(once, x, "bf16 x after")
     back = moe.to("cpu")
     assert back.w13_weight.dtype == torch.uint8 and torch.equal(back.w13_weight, w13) and torch.equal(back.w2_weight, w2)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("mode", ["w4a4", "w4a16"])
+def test_moe_laid_out_by_tile(gen, device, mode):
+    """Where I % 64 == 0 and H % 128 == 0 an MoE on a GPU holds its experts' codes and scales laid out by
+    tile (layouts.to_expert_tiles; on the CPU only where asked, as here): its outputs are the checkpoint
+    layout's bit for bit; state_dict, loading, weight_codes / weight_scales, moves and casts see the
+    checkpoint's tensors."""
+    h, i, e = 128, 64, 4
+    gate, up = (torch.randn(e, i, h, generator=gen) * 0.1 for _ in range(2))
+    down = torch.randn(e, h, i, generator=gen) * 0.1
+    scales = (torch.rand(e, generator=gen) * 0.01 + 0.001, torch.rand(e, generator=gen) * 0.01 + 0.001)
+    cpu = NVFP4MoE.from_experts(gate.bfloat16(), up.bfloat16(), down.bfloat16(), 2, mode=mode,
+                                input_scales=scales if mode == "w4a4" else None)
+    assert cpu.w13_weight.dim() == 3  # the host's layout: the checkpoint's
+    flat = copy.deepcopy(cpu).to(device)
+    flat._relayout(to_tiles=False)
+    moe = copy.deepcopy(cpu).to(device)
+    if device == "cpu":
+        moe._relayout(to_tiles=True)
+    words = moe.w13_weight.dtype == torch.int32
+    assert words == (device == "cuda")  # bf16 on a GPU: repacked too
+    assert moe.w13_weight.shape == (e, 2 * i // 128, 1, 4096 if words else 16384)
+    assert moe.w2_weight.shape == (e, h // 128, 1, 4096 if words else 16384)
+    assert moe.w13_weight_scale.shape == (e, 2 * i // 128, 1, 2048)
+    assert moe.w2_weight_scale.shape == (e, h // 128, 1, 2048) and moe.w2_weight_scale.dtype == torch.float8_e4m3fn
+    for name in ("w13_weight", "w2_weight"):
+        assert torch.equal(moe.weight_codes(name).cpu(), cpu.weight_codes(name))
+        assert torch.equal(moe.weight_scales(name).cpu().view(torch.uint8), cpu.weight_scales(name).view(torch.uint8))
+    x = (torch.randn(24, h, generator=gen) * 2).bfloat16().to(device)
+    logits = torch.randn(24, e, generator=gen).to(device)
+    y = moe(x, logits)
+    assert torch.equal(y, flat(x, logits))
+    sd = moe.state_dict()
+    assert sd["w13_weight"].shape == (e, 2 * i, h // 2) and sd["w13_weight_scale"].shape == (e, 2 * i, h // 16)
+    for k, v in cpu.state_dict().items():
+        assert torch.equal(sd[k].cpu().view(torch.uint8), v.view(torch.uint8)) if v.dtype == torch.float8_e4m3fn \
+            else torch.equal(sd[k].cpu(), v), k
+    fresh = NVFP4MoE(e, h, i, 2, mode=mode, device=device)
+    if device == "cpu":
+        fresh._relayout(to_tiles=True)
+    fresh.load_state_dict(cpu.state_dict())
+    assert fresh.w13_weight.dim() == 4 and torch.equal(fresh(x, logits), y)
+    if device == "cuda":
+        half = copy.deepcopy(moe).half()  # fp16: the checkpoint's bytes, still by tile
+        assert half.w13_weight.dtype == torch.uint8 and half.w13_weight.dim() == 4
+        flat_half = copy.deepcopy(flat).half()
+        flat_half._relayout(to_tiles=False)
+        assert flat_half.w13_weight.dim() == 3
+        assert torch.equal(half(x.half(), logits), flat_half(x.half(), logits))
+        back = moe.to("cpu")
+        assert back.w13_weight.dim() == 3 and torch.equal(back.w13_weight, cpu.w13_weight)
+        assert torch.equal(back.w2_weight_scale.view(torch.uint8), cpu.w2_weight_scale.view(torch.uint8))
 
 
 def test_bad_arguments():

@@ -25,11 +25,11 @@ enum { MB = 64, NB = 16, LANES = 8 };
 /* Row `row` of batch l of op, dequantized into out[0, k). */
 static void dequant_row(const nvfp4_operand *op, int64_t k, int64_t l, int64_t row, const float lut[16],
                         float *out) {
-  const uint8_t *codes = op->data + l * op->batch_stride + row * op->row_stride;
+  const uint8_t *codes = op->data + l * op->batch_stride + nvfp4_codes_offset(op, row, 0);
   int64_t k_blocks = k / 16;
   for (int64_t kb = 0; kb < k_blocks; kb++) {
     float s = nvfp4_scale(op, k_blocks, l, row, kb);
-    const uint8_t *bytes = codes + kb * 8;
+    const uint8_t *bytes = codes + nvfp4_codes_offset(op, 0, kb * 8);
     uint8_t block[8];
     if (op->codes == NVFP4_CODES_BF16_PAIRS) { /* each word back to the checkpoint's bytes (little-endian) */
       for (int h = 0; h < 2; h++) {
@@ -108,6 +108,9 @@ nvfp4_status nvfp4_matmul_cpu(const nvfp4_matmul *p, int64_t m0, int64_t m1, int
   if (p->k <= 0 || p->k % 16 || m0 < 0 || n0 < 0 || m1 > p->m || n1 > p->n) return NVFP4_ERR_INVALID;
   if (p->c_type != NVFP4_F16 && p->c_type != NVFP4_BF16) return NVFP4_ERR_INVALID;
   if (p->a_type != NVFP4_E2M1 && p->a_type != NVFP4_F16 && p->a_type != NVFP4_BF16) return NVFP4_ERR_INVALID;
+  if (p->a.tile_rows || (p->b.tile_rows && p->b.tile_rows != 64 && p->b.tile_rows != NVFP4_TILE_ROWS) ||
+      (p->b2.data && p->b2.tile_rows != p->b.tile_rows))
+    return NVFP4_ERR_INVALID;
   if (m0 >= m1 || n0 >= n1 || p->batch <= 0) return NVFP4_OK;
   const int dual = p->b2.data != NULL;
   const int64_t k = p->k;

@@ -69,7 +69,9 @@
  * rows) tiles (expert_tile, common.cuh), found once into shared memory, the
  * column tiles of one row tile side by side (expert_row_tile); split 1, no
  * stream-K; the spare tiles return at once; pre-decoded where plan_launch
- * says (always for rows by token: the pre-pass gathers them).
+ * says (always for rows by token: the pre-pass gathers them). Their weights
+ * may be laid out by tile (nvfp4.h): the producer's copies step on by
+ * weight_step and scale_step.
  *
  * Stream-K. With whole tiles for only part of the SMs and long K (dual
  * 512 x 3072 x 7168: 96 tiles of 112 K steps for 132 SMs) one CTA per SM
@@ -111,6 +113,14 @@ namespace {
 using namespace sm90;
 
 #if NVFP4_SM90A
+/* Where K step k of a weight row lies from its step 0 (sf_step: the scales' of a step; tiles: laid out by tile,
+ * b's and b2's alike, matmul_sm90_can_run; W4A16 only, the other copies take tiles = false): codes k * 32 on, or
+ * k * NVFP4_TILE_STEP; scales k * sf_step on, plus a run's NVFP4_TILE_SF_GROUP a 4 steps by tile. */
+__device__ __forceinline__ int weight_step(bool tiles, int k) { return k * (tiles ? NVFP4_TILE_STEP : 32); }
+__device__ __forceinline__ int scale_step(bool tiles, int sf_step, int k) {
+  return k * sf_step + (tiles ? (k >> 2) * (NVFP4_TILE_SF_GROUP - 16) : 0);
+}
+
 /* Byte offset of 16-byte chunk j (0, 1) of raw row r in a stage (Layout). */
 __host__ __device__ constexpr int raw_chunk(int r, int j) { return r * 32 + 16 * (j ^ ((r >> 2) & 1)); }
 
@@ -134,9 +144,11 @@ __host__ __device__ constexpr int a16_chunk(int r, int c) { return r * 128 + 16 
 template <bool DUAL, int TM, bool PAD, bool ACT = true, bool W16 = false>
 struct StageCopies {
   using L = Layout<TM, W16>;
+  static constexpr bool TILES = W16; /* weights laid out by tile: W4A16 alone */
   static constexpr int A_COPIES = (TM + 63) / 64; /* activation rows pr + 64 i (TM = 32: pr < 32 only) */
   const uint8_t *a_src[A_COPIES], *b_src[4], *sa_src, *sb_src[2];
   int sa_step, sb_step[2], kbeg, r, half, pr;
+  bool tiles; /* W16 only (weight_step) */
   int a_live = 7; /* PAD: bit c, activation row pr + 64 c exists; bit 2, row r (its scales) */
 
   /* problem p, batch l, tile origin (n0, m0), its K steps from kbeg */
@@ -154,9 +166,10 @@ struct StageCopies {
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       const nvfp4_operand &bop = (DUAL && c >= 2) ? p.b2 : p.b;
-      b_src[c] = bop.data + l * bop.batch_stride + b_row(pr + 64 * c) * bop.row_stride + 16 * half;
+      b_src[c] = bop.data + l * bop.batch_stride + 16 * half +
+                 (TILES ? nvfp4_codes_offset(&bop, b_row(pr + 64 * c), 0) : b_row(pr + 64 * c) * bop.row_stride);
     }
-    /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in both layouts;
+    /* scale columns 4ks..4ks+3 of a row: 4 contiguous bytes in every layout;
      * from one step's 4 columns to the next: the layout's alone */
     sa_src = p.a.sf + l * p.a.sf_batch_stride +
              nvfp4_sf_offset(p.a.sf_layout, p.a.sf_row_stride, k_blocks, clamp(m0 + r, p.m), 0);
@@ -165,25 +178,28 @@ struct StageCopies {
     for (int c = 0; c < 2; c++) {
       const nvfp4_operand &bop = (DUAL && c) ? p.b2 : p.b;
       sb_src[c] = bop.sf + l * bop.sf_batch_stride +
-                  nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * c), 0);
-      sb_step[c] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
+                  (TILES && bop.tile_rows
+                       ? nvfp4_operand_sf_offset(&bop, k_blocks, b_row(r + 128 * c), 0)
+                       : nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * c), 0));
+      sb_step[c] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4); /* by tile: 4, as linear */
     }
+    tiles = TILES && p.b.tile_rows;
   }
 
   /* K step kbeg + ks into `stage`; then an arrival on `full` (an mbarrier
    * expecting one per thread of the warpgroup) once the copies have landed */
   __device__ __forceinline__ void load(uint8_t *stage, int ks, uint32_t full) const {
-    const int kk = (kbeg + ks) * 32;
+    const int k = kbeg + ks, kk = k * 32, kb = weight_step(tiles, k);
 #pragma unroll
     for (int c = 0; c < A_COPIES; c++)
       if (ACT && (TM >= 64 || pr < TM) && (!PAD || (a_live >> c & 1)))
         cp_async_16(stage + L::RAW_A + raw_chunk(pr + 64 * c, half), a_src[c] + kk, 16);
 #pragma unroll
-    for (int c = 0; c < 4; c++) cp_async_16(stage + L::RAW_B + raw_chunk(pr + 64 * c, half), b_src[c] + kk, 16);
-    if (ACT && (TM == 128 || r < TM) && (!PAD || (a_live & 4))) cp_async_4(stage + L::RAW_SFA + r * 4, sa_src + (kbeg + ks) * sa_step, 4);
+    for (int c = 0; c < 4; c++) cp_async_16(stage + L::RAW_B + raw_chunk(pr + 64 * c, half), b_src[c] + kb, 16);
+    if (ACT && (TM == 128 || r < TM) && (!PAD || (a_live & 4))) cp_async_4(stage + L::RAW_SFA + r * 4, sa_src + k * sa_step, 4);
 #pragma unroll
     for (int c = 0; c < 2; c++)
-      cp_async_4(stage + L::RAW_SFB + (r + 128 * c) * 4, sb_src[c] + (kbeg + ks) * sb_step[c], 4);
+      cp_async_4(stage + L::RAW_SFB + (r + 128 * c) * 4, sb_src[c] + scale_step(tiles, sb_step[c], k), 4);
     cp_async_mbar_arrive(full);
   }
 };
@@ -198,10 +214,12 @@ struct StageCopies {
 template <bool DUAL, int TM, bool PAD>
 struct StageCopies16 {
   using L = Layout<TM, true>;
+  static constexpr bool TILES = true;
   static constexpr int A_COPIES = TM / 16;
   const uint8_t *a_src, *b_src[4], *sb_src[2];
   int64_t a_step; /* 16 activation rows */
   int sb_step[2], kbeg;
+  bool tiles; /* weight_step */
   uint32_t a_off, b_off, sb_off; /* the thread's first destination of each kind in a stage */
   uint32_t a_live; /* bit q: activation row ar + 16 q exists */
 
@@ -223,19 +241,23 @@ struct StageCopies16 {
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       const nvfp4_operand &bop = (DUAL && c >= 2) ? p.b2 : p.b;
-      b_src[c] = bop.data + l * bop.batch_stride + b_row(pr + 64 * c) * bop.row_stride + 16 * half;
+      b_src[c] = bop.data + l * bop.batch_stride + 16 * half +
+                 (TILES ? nvfp4_codes_offset(&bop, b_row(pr + 64 * c), 0) : b_row(pr + 64 * c) * bop.row_stride);
     }
 #pragma unroll
     for (int c = 0; c < 2; c++) {
       const nvfp4_operand &bop = (DUAL && c) ? p.b2 : p.b;
       sb_src[c] = bop.sf + l * bop.sf_batch_stride +
-                  nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * c), 0);
-      sb_step[c] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4);
+                  (TILES && bop.tile_rows
+                       ? nvfp4_operand_sf_offset(&bop, k_blocks, b_row(r + 128 * c), 0)
+                       : nvfp4_sf_offset(bop.sf_layout, bop.sf_row_stride, k_blocks, b_row(r + 128 * c), 0));
+      sb_step[c] = (int)nvfp4_sf_offset(bop.sf_layout, 0, k_blocks, 0, 4); /* by tile: 4, as linear */
     }
+    tiles = TILES && p.b.tile_rows;
   }
 
   __device__ __forceinline__ void load(uint8_t *stage, int ks, uint32_t full) const {
-    const int kk = (kbeg + ks) * 32;
+    const int k = kbeg + ks, kk = k * 32, kb = weight_step(tiles, k);
     /* rows 16 apart: 2048 bytes apart in the stage (a16_chunk's swizzle
      * depends on r % 8 alone), a_step in global memory; the step is made
      * opaque so that the 8 row pointers are formed here, not hoisted out of
@@ -248,9 +270,10 @@ struct StageCopies16 {
     for (int q = 0; q < A_COPIES; q++, src += step)
       if (a_live >> q & 1) cp_async_16(dst + 2048 * q, src, 16);
 #pragma unroll
-    for (int c = 0; c < 4; c++) cp_async_16(stage + b_off + 2048 * c, b_src[c] + kk, 16); /* rows 64 apart */
+    for (int c = 0; c < 4; c++) cp_async_16(stage + b_off + 2048 * c, b_src[c] + kb, 16); /* rows 64 apart */
 #pragma unroll
-    for (int c = 0; c < 2; c++) cp_async_4(stage + sb_off + 512 * c, sb_src[c] + (kbeg + ks) * sb_step[c], 4);
+    for (int c = 0; c < 2; c++)
+      cp_async_4(stage + sb_off + 512 * c, sb_src[c] + scale_step(tiles, sb_step[c], k), 4);
     cp_async_mbar_arrive(full);
   }
 };
@@ -1366,6 +1389,9 @@ NVFP4_TRACE_ATTACH(sm90)
 bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (dev.major != 9 || dev.minor != 0 || !dev.sm90_code) return false;
   if (p.k % KSTEP || p.k >= (int64_t)1 << 28) return false; /* byte offsets along K in 32 bits */
+  if (p.b.tile_rows && p.k >= (int64_t)1 << 25) return false;  /* by tile too */
+  /* one codes step for both weight operands (weight_step) */
+  if (p.b2.data && p.b2.tile_rows != p.b.tile_rows) return false;
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   /* W4A16: 16-byte aligned activation rows (no scales); rows grouped by
    * expert: W4A16 only */

@@ -251,10 +251,19 @@ Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev) {
 
 bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
+/* Weights laid out by tile (nvfp4.h): rows grouped by expert, 64 or 128 rows a tile, whole tiles, b2 as b; the
+ * w4a16 and wgmma kernels read them (rows grouped by expert go nowhere else: can_run). */
+bool tiles_ok(const nvfp4_matmul &p) {
+  const int32_t t = p.b.tile_rows;
+  if (p.a.tile_rows || (p.b2.data ? p.b2.tile_rows : 0) != (p.b2.data ? t : 0)) return false;
+  return !t || (p.offs && (t == 64 || t == NVFP4_TILE_ROWS) && p.n % t == 0 && p.b.sf_layout == NVFP4_SF_LINEAR &&
+                (!p.b2.data || p.b2.sf_layout == NVFP4_SF_LINEAR));
+}
+
 /* Sizes in range; types known; pointers present unless the problem is empty
  * (an empty tensor may have no storage); all dual or none, all W4A16 or none;
  * no bias on a dual; rows grouped by expert alone in a call, A and C not
- * batched, no bias. */
+ * batched, no bias; weights laid out by tile as tiles_ok says. */
 bool valid(const nvfp4_matmul *problems, int count) {
   if (count <= 0) return false;
   for (int g = 0; g < count; g++) {
@@ -273,6 +282,7 @@ bool valid(const nvfp4_matmul *problems, int count) {
       return false;
     if (p.offs && (count > 1 || p.a.batch_stride || p.c_batch_stride || p.bias)) return false;
     if ((p.a_index || p.a_global) && (!p.offs || fp4 || p.a_rows < 0)) return false; /* 16-bit rows by expert */
+    if (!tiles_ok(p)) return false;
   }
   return true;
 }

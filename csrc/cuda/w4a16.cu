@@ -35,9 +35,10 @@
  * (weights repacked for bf16; sm_90a SASS) a warp's step is ~120
  * instructions for 1024 weights at one or two n8 tiles, ~175 at four, ~200
  * (~290 at four) for a dual's 2048, and the scale ring's bookkeeping ~15-20
- * more: there the copies, not issue, bound it (DeepSeek-V3 experts at T = 8,
- * H200: without its decode and mma gate/up takes 0.91x the time, down 0.81x;
- * docs/PERF.md). The GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
+ * more: there the copies, not issue, bound it (DeepSeek-V3 experts at T = 8
+ * in the checkpoint's layout, H200: without its decode and mma gate/up takes
+ * 0.91x the time, down 0.81x; laid out by tile the block reaches 0.70 of
+ * its SOL instead of 0.63; docs/PERF.md). The GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -51,7 +52,9 @@
  *     same of W2, its two m16 tiles).
  *   gmem activations (128 bytes of a row), weight codes (32 bytes of a row,
  *     each miss filling 128 bytes of L2: the row's next 3 steps reach DRAM in
- *     one run) and scales (4 bytes) --cp.async, a ring of 3 steps (4 at TN =
+ *     one run) and scales (4 bytes; weights laid out by tile, an MoE's experts
+ *     (nvfp4.h): a step's codes of the tile's 128 rows are one 4 KB run and 4
+ *     steps' scales one 2 KB run) --cp.async, a ring of 3 steps (4 at TN =
  *     64 of a gemm; 4 and 6 at TM = 16), zero-filled past M, N and K--> smem
  *   per warp and step: its weight m16 tiles -> A fragments in the
  *     activations' type (numerics.cuh's fp16 or bf16 decoder, exact), then per
@@ -183,8 +186,9 @@ struct Split {
 
 /* What a thread copies, at K step 0: row starts (rows that do not exist, at
  * or past m_end: row 0, never read), and which exist. A step adds 128 bytes to an activation
- * row, 32 to a weight row, sf_step to the scales (4 linear, one 512-byte atom
- * blocked). Activation row q is act(q): rows 16 apart, one pointer and a
+ * row, w_step to a weight row (32, or a tile's step laid out by tile), and step k's scales lie
+ * sf_at(k) on (nvfp4_operand_sf_offset: 4 k linear, one 512-byte atom a step blocked, 4 k plus
+ * a run's 2048 bytes a 4 steps by tile). Activation row q is act(q): rows 16 apart, one pointer and a
  * stride (four pointers took registers the loop needs). */
 template <int NA, int MW>
 struct Copies {
@@ -192,9 +196,16 @@ struct Copies {
   int64_t act_step; /* 16 activation rows */
   const int64_t *rows; /* rows by token (nvfp4.h's a_index, NA > 1): the rows' byte offsets in A, shared memory */
   int sf_step;
+  bool tiles; /* laid out by tile: a weight row's step NVFP4_TILE_STEP on, not 32 */
   uint32_t act_copy, act_ok, w_ok; /* bit q: row q is copied (its n8 tile is read) / exists (or reads zeros) */
   bool sf_ok, sf_copy;             /* the scale row exists / this thread has one */
   bool sf_grouped;                 /* its scales 16 bytes a 4 steps (the scale ring's slots) */
+
+  __device__ __forceinline__ int w_step() const { return tiles ? NVFP4_TILE_STEP : 32; }
+  /* step k's scales from step 0's (by tile: 4 k plus a run's NVFP4_TILE_SF_GROUP a 4 steps) */
+  __device__ __forceinline__ int64_t sf_at(int64_t k) const {
+    return k * sf_step + (tiles ? (k >> 2) * (NVFP4_TILE_SF_GROUP - 16) : 0);
+  }
 
   __device__ __forceinline__ const uint8_t *act(int q) const {
     if (NA > 1 && rows) return act_ok >> q & 1 ? act0 + (rows[16 * q] - rows[0]) : act0;
@@ -240,17 +251,17 @@ __device__ __forceinline__ Copies<Shape<DUAL, MW, TM>::NA, MW> copies_of(const n
     const nvfp4_operand *op;
     const int64_t row = weight_row(tid / 2 + 64 * q, op);
     const bool ok = row < p.n;
-    c.w[q] = op->data + l * op->batch_stride + (ok ? row : 0) * op->row_stride;
+    c.w[q] = op->data + l * op->batch_stride + nvfp4_codes_offset(op, ok ? row : 0, 0);
     c.w_ok |= (ok ? 1u : 0u) << q;
   }
   const nvfp4_operand *op;
   const int64_t row = weight_row(tid < S::TW ? tid : 0, op);
   c.sf_copy = tid < S::TW;
   c.sf_ok = c.sf_copy && row < p.n;
-  c.sf = op->sf + l * op->sf_batch_stride +
-         nvfp4_sf_offset(op->sf_layout, op->sf_row_stride, p.k / 16, c.sf_ok ? row : 0, 0);
-  c.sf_step = op->sf_layout == NVFP4_SF_LINEAR ? 4 : 512;
-  c.sf_grouped = op->sf_layout == NVFP4_SF_LINEAR && p.k % KSTEP == 0 && aligned(c.sf, 16);
+  c.sf = op->sf + l * op->sf_batch_stride + nvfp4_operand_sf_offset(op, p.k / 16, c.sf_ok ? row : 0, 0);
+  c.tiles = op->tile_rows != 0;
+  c.sf_step = c.tiles || op->sf_layout == NVFP4_SF_LINEAR ? 4 : 512;
+  c.sf_grouped = c.sf_step == 4 && (c.tiles || p.k % KSTEP == 0) && aligned(c.sf, 16);
   return c;
 }
 
@@ -567,11 +578,11 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 #pragma unroll
     for (int q = 0; q < MW; q++) {
       const int n = w_n(s, q);
-      cp_async_16(smem + w_dst(s, q), n ? cp.w[q] + (k0 + s) * 32 + 16 * w_half : cp.w[q], (uint32_t)n);
+      cp_async_16(smem + w_dst(s, q), n ? cp.w[q] + (k0 + s) * cp.w_step() + 16 * w_half : cp.w[q], (uint32_t)n);
     }
     if (cp.sf_copy) {
       const int n = sf_n(s);
-      cp_async_4(smem + sf_dst(s), n ? cp.sf + (k0 + s) * cp.sf_step : cp.sf, (uint32_t)n);
+      cp_async_4(smem + sf_dst(s), n ? cp.sf + cp.sf_at(k0 + s) : cp.sf, (uint32_t)n);
     }
   };
   uint4 st_a[S::NA], st_w[MW];
@@ -580,8 +591,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 #pragma unroll
     for (int q = 0; q < S::NA; q++) st_a[q] = load_chunk(cp.act(q) + (k0 + s) * 128 + 16 * a_chunk, a_n(s, q));
 #pragma unroll
-    for (int q = 0; q < MW; q++) st_w[q] = load_chunk(cp.w[q] + (k0 + s) * 32 + 16 * w_half, w_n(s, q));
-    st_sf = load_scales(cp.sf + (k0 + s) * cp.sf_step, sf_n(s));
+    for (int q = 0; q < MW; q++) st_w[q] = load_chunk(cp.w[q] + (k0 + s) * cp.w_step() + 16 * w_half, w_n(s, q));
+    st_sf = load_scales(cp.sf + cp.sf_at(k0 + s), sf_n(s));
   };
   auto store_step = [&](int s) {
 #pragma unroll
@@ -599,14 +610,14 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
     /* Steps inside K (all but a last partial one): each copy's source moves
      * on by its bytes a step, its size and its place in a slot stay. The
      * slot of step s + STAGES - 1, written at step s, is step s - 1's. */
-    const uint8_t *a_src[S::NA], *w_src[MW], *sf_src = cp.sf + k0 * cp.sf_step;
+    const uint8_t *a_src[S::NA], *w_src[MW];
     uint32_t a_size[S::NA], w_size[MW], a_at[S::NA], w_at[MW];
 #pragma unroll
     for (int q = 0; q < S::NA; q++)
       a_src[q] = cp.act(q) + k0 * 128 + 16 * a_chunk, a_size[q] = (cp.act_ok >> q & 1) * 16, a_at[q] = a_dst(0, q);
 #pragma unroll
     for (int q = 0; q < MW; q++)
-      w_src[q] = cp.w[q] + k0 * 32 + 16 * w_half, w_size[q] = (cp.w_ok >> q & 1) * 16, w_at[q] = w_dst(0, q);
+      w_src[q] = cp.w[q] + k0 * cp.w_step() + 16 * w_half, w_size[q] = (cp.w_ok >> q & 1) * 16, w_at[q] = w_dst(0, q);
     const uint32_t sf_size = cp.sf_ok ? 4 : 0;
     const int whole = (int)std::max<int64_t>(0, std::min<int64_t>(steps, whole_steps - k0));
     auto copy = [&](int s, uint32_t slot) { /* step s, the sources at it */
@@ -620,10 +631,10 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
           const int ph = (ph0 + s) & 3; /* the step's place in its scale slot */
           const uint32_t at = base + sf_dst(s);
           if (!cp.sf_grouped) {
-            cp_async_4(at, sf_src, sf_size);
+            cp_async_4(at, cp.sf + cp.sf_at(k0 + s), sf_size);
           } else if (ph == 0 || s == 0) { /* the slot's 4 steps (those before k0: unread), none past the row */
             const int64_t left = all_steps - (k0 + s - ph);
-            cp_async_16(at - 4 * ph, sf_src - 4 * ph, cp.sf_ok ? (left < 4 ? 4 * (uint32_t)left : 16u) : 0u);
+            cp_async_16(at - 4 * ph, cp.sf + cp.sf_at(k0 + s - ph), cp.sf_ok ? (left < 4 ? 4 * (uint32_t)left : 16u) : 0u);
           }
         }
       } else {
@@ -632,8 +643,7 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 #pragma unroll
       for (int q = 0; q < S::NA; q++) a_src[q] += 128;
 #pragma unroll
-      for (int q = 0; q < MW; q++) w_src[q] += 32;
-      sf_src += cp.sf_step;
+      for (int q = 0; q < MW; q++) w_src[q] += cp.w_step();
     };
 #pragma unroll
     for (int s = 0; s < S::STAGES - 1; s++) {
