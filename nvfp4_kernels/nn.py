@@ -140,13 +140,18 @@ class _NVFP4Module(torch.nn.Module):
             tiles = self._tiles(name, w.device) if to_tiles is None else to_tiles
             if (w.dtype == torch.int32) == pairs and (w.dim() == 4) == tiles:
                 continue
-            codes, sf = self._checkpoint(name)
-            if tiles or sf is not None:
-                sf_name = self._tile_spec(name)[0]
-                codes, sf = self._laid_out(name, codes, self._buffers[sf_name] if sf is None else sf, pairs, tiles)
+            codes, sf = w, None
+            if w.dim() == 4 or tiles:
+                sf_name, gated, k = self._tile_spec(name)
+                sf = self._buffers[sf_name]
+            if w.dim() == 4:
+                codes, sf = layouts.from_expert_tiles(w, sf, k, gated)
+            if (codes.dtype == torch.int32) != pairs:  # only what changes (repacking goes through the host)
+                codes = ops.pack_bf16_pairs(codes) if pairs else ops.unpack_bf16_pairs(codes)
+            if tiles:
+                codes, sf = layouts.to_expert_tiles(codes, sf, gated)
+            if sf is not None:
                 self._buffers[sf_name] = sf
-            else:
-                codes, _ = self._laid_out(name, codes, None, pairs, False)
             self._buffers[name] = codes
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
@@ -748,8 +753,12 @@ class NVFP4MoE(_NVFP4Module):
                 raise ValueError(f"NVFP4MoE.from_linears: expert {e}'s gate and up have {name} "
                                  f"{getattr(g, name).item()} and {getattr(u, name).item()}; one quantized input feeds "
                                  "both")
-        moe = cls(len(gate), h, i, top_k, mode=mode, dtype=gate[0].dtype, device=gate[0].weight.device, **routing)
-        moe._relayout(to_int32=False, to_tiles=False)  # filled as the checkpoint holds it, then laid out
+        device = gate[0].weight.device
+        moe = cls(len(gate), h, i, top_k, mode=mode, dtype=gate[0].dtype, device=device, **routing)
+        for name, rows, k in (("w13_weight", 2 * i, h), ("w2_weight", h, i)):  # the checkpoint's layout, then moe's
+            moe._buffers[name] = torch.zeros(len(gate), rows, k // 2, dtype=torch.uint8, device=device)
+            moe._buffers[name + "_scale"] = torch.zeros(len(gate), rows, k // _BLOCK, dtype=torch.float8_e4m3fn,
+                                                        device=device)
         for e, (g, u, d) in enumerate(zip(gate, up, down)):
             moe._copy_codes("w13_weight", torch.cat([g.weight_codes(), u.weight_codes()]), e)
             moe.w13_weight_scale[e] = torch.cat([g.weight_scale, u.weight_scale])

@@ -184,10 +184,10 @@ def test_moe_laid_out_by_tile(gen, device, mode):
     flat = copy.deepcopy(cpu).to(device)
     flat._relayout(to_tiles=False)
     moe = copy.deepcopy(cpu).to(device)
-    if device == "cpu":
-        moe._relayout(to_tiles=True)
+    if device == "cpu":  # as a GPU holds it (the CPU kernel reads either layout)
+        moe._relayout(to_int32=True, to_tiles=True)
     words = moe.w13_weight.dtype == torch.int32
-    assert words == (device == "cuda")  # bf16 on a GPU: repacked too
+    assert words  # bf16: repacked too
     assert moe.w13_weight.shape == (e, 2 * i // 128, 1, 4096 if words else 16384)
     assert moe.w2_weight.shape == (e, h // 128, 1, 4096 if words else 16384)
     assert moe.w13_weight_scale.shape == (e, 2 * i // 128, 1, 2048)
@@ -209,6 +209,12 @@ def test_moe_laid_out_by_tile(gen, device, mode):
         fresh._relayout(to_tiles=True)
     fresh.load_state_dict(cpu.state_dict())
     assert fresh.w13_weight.dim() == 4 and torch.equal(fresh(x, logits), y)
+    if device == "cpu":  # back to the host's layout
+        moe._relayout()
+        assert moe.w13_weight.dim() == 3 and moe.w13_weight.dtype == torch.uint8
+        for k, v in cpu.state_dict().items():
+            assert torch.equal(getattr(moe, k).view(torch.uint8), v.view(torch.uint8)) if v.dtype == \
+                torch.float8_e4m3fn else torch.equal(getattr(moe, k), v), k
     if device == "cuda":
         half = copy.deepcopy(moe).half()  # fp16: the checkpoint's bytes, still by tile
         assert half.w13_weight.dtype == torch.uint8 and half.w13_weight.dim() == 4

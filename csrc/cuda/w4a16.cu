@@ -634,7 +634,8 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
             cp_async_4(at, cp.sf + cp.sf_at(k0 + s), sf_size);
           } else if (ph == 0 || s == 0) { /* the slot's 4 steps (those before k0: unread), none past the row */
             const int64_t left = all_steps - (k0 + s - ph);
-            cp_async_16(at - 4 * ph, cp.sf + cp.sf_at(k0 + s - ph), cp.sf_ok ? (left < 4 ? 4 * (uint32_t)left : 16u) : 0u);
+            cp_async_16(at - 4 * ph, cp.sf + cp.sf_at(k0 + s - ph),
+                        cp.sf_ok ? (left < 4 ? 4 * (uint32_t)left : 16u) : 0u);
           }
         }
       } else {
