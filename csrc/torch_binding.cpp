@@ -743,11 +743,11 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   const auto bytes = [&](const Tensor &t) { return pairs ? Arg(t).word_bytes() : Arg(t); };
   const Arg w_ = bytes(w);
   check_fp4_tensor(op, "w", w_);
-  /* laid out by tile (ops.tile_experts, nvfp4.h): [E, tiles, ceil(K/256), 16384 bytes] codes, [E, tiles,
+  /* laid out by tile (layouts.to_expert_tiles, nvfp4.h): [E, tiles, ceil(K/256), 16384 bytes] codes, [E, tiles,
    * ceil(K/256), 2048] scales; a tile 128 rows, or a gated expert's 64 of W1 and 64 of W3 */
   const bool tiled = w.dim() == 4;
   TORCH_CHECK_VALUE(w.dim() == 3 || tiled, op, ": w must be [E, N, ", pairs ? "K/8" : "K/2", "]",
-                    gated ? " (W1 then W3: 2N rows)" : "", " or laid out by tile (ops.tile_experts), got shape ",
+                    gated ? " (W1 then W3: 2N rows)" : "", " or laid out by tile (layouts.to_expert_tiles), got shape ",
                     w.sizes());
   const int64_t X = x.size(0), T = row_index ? row_index->size(0) : X, K = x.size(1), E = w.size(0),
                 rows = tiled ? w.size(1) * NVFP4_TILE_ROWS : w.size(1), N = gated ? rows / 2 : rows;

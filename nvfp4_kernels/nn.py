@@ -123,12 +123,11 @@ class _NVFP4Module(torch.nn.Module):
         dst.copy_(ops.pack_bf16_pairs(codes) if dst.dtype == torch.int32 else codes)
 
     def _laid_out(self, name: str, codes: torch.Tensor, sf: Optional[torch.Tensor], pairs: bool, tiles: bool):
-        """Checkpoint codes (and, where tiles, their linear scales) in the layout asked for."""
-        codes = ops.pack_bf16_pairs(codes) if pairs else codes
-        if not tiles:
-            return codes, sf
-        _, gated, _ = self._tile_spec(name)
-        return layouts.to_expert_tiles(codes, sf, gated)
+        """Untiled codes (uint8, or int32 words) and, where tiles, their linear scales in the layout asked for;
+        only what differs changes (repacking goes through the host)."""
+        if (codes.dtype == torch.int32) != pairs:
+            codes = ops.pack_bf16_pairs(codes) if pairs else ops.unpack_bf16_pairs(codes)
+        return layouts.to_expert_tiles(codes, sf, self._tile_spec(name)[1]) if tiles else (codes, sf)
 
     @torch.no_grad()
     def _relayout(self, to_int32: Optional[bool] = None, to_tiles: Optional[bool] = None) -> None:
@@ -140,17 +139,14 @@ class _NVFP4Module(torch.nn.Module):
             tiles = self._tiles(name, w.device) if to_tiles is None else to_tiles
             if (w.dtype == torch.int32) == pairs and (w.dim() == 4) == tiles:
                 continue
-            codes, sf = w, None
+            codes, sf, sf_name = w, None, None
             if w.dim() == 4 or tiles:
                 sf_name, gated, k = self._tile_spec(name)
                 sf = self._buffers[sf_name]
             if w.dim() == 4:
                 codes, sf = layouts.from_expert_tiles(w, sf, k, gated)
-            if (codes.dtype == torch.int32) != pairs:  # only what changes (repacking goes through the host)
-                codes = ops.pack_bf16_pairs(codes) if pairs else ops.unpack_bf16_pairs(codes)
-            if tiles:
-                codes, sf = layouts.to_expert_tiles(codes, sf, gated)
-            if sf is not None:
+            codes, sf = self._laid_out(name, codes, sf, pairs, tiles)
+            if sf_name is not None:
                 self._buffers[sf_name] = sf
             self._buffers[name] = codes
 
@@ -171,8 +167,8 @@ class _NVFP4Module(torch.nn.Module):
             if not (isinstance(v, torch.Tensor) and v.dtype in (torch.uint8, torch.float4_e2m1fn_x2)):
                 continue
             if w.dim() == 4:  # laid out by tile: codes and scales together
-                sf_name = self._tile_spec(name)[0]
-                sf, (_, _, k) = state_dict.get(prefix + sf_name), self._tile_spec(name)
+                sf_name, _, k = self._tile_spec(name)
+                sf = state_dict.get(prefix + sf_name)
                 rows = (w.shape[0], w.shape[1] * layouts.TILE_ROWS)
                 if isinstance(sf, torch.Tensor) and v.shape == (*rows, k // 2) and sf.shape == (*rows, k // _BLOCK):
                     codes, sf = self._laid_out(name, v.to(w.device).view(torch.uint8), sf.to(w.device),
