@@ -620,6 +620,10 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
       w_src[q] = cp.w[q] + k0 * cp.w_step() + 16 * w_half, w_size[q] = (cp.w_ok >> q & 1) * 16, w_at[q] = w_dst(0, q);
     const uint32_t sf_size = cp.sf_ok ? 4 : 0;
     const int whole = (int)std::max<int64_t>(0, std::min<int64_t>(steps, whole_steps - k0));
+    /* grouped scales: the next slot's 4 steps (a run) from sf_run on, run_left of the row's steps from its first */
+    const uint8_t *sf_run = cp.sf + cp.sf_at(k0 - ph0);
+    const int sf_run_bytes = (int)(cp.sf_at(4) - cp.sf_at(0));
+    int run_left = (int)(all_steps - (k0 - ph0));
     auto copy = [&](int s, uint32_t slot) { /* step s, the sources at it */
       if (s < whole) {
 #pragma unroll
@@ -628,14 +632,12 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
 #pragma unroll
         for (int q = 0; q < MW; q++) cp_async_16_l2_128(slot + w_at[q], w_src[q], w_size[q]);
         if (cp.sf_copy) {
-          const int ph = (ph0 + s) & 3; /* the step's place in its scale slot */
-          const uint32_t at = base + sf_dst(s);
           if (!cp.sf_grouped) {
-            cp_async_4(at, cp.sf + cp.sf_at(k0 + s), sf_size);
-          } else if (ph == 0 || s == 0) { /* the slot's 4 steps (those before k0: unread), none past the row */
-            const int64_t left = all_steps - (k0 + s - ph);
-            cp_async_16(at - 4 * ph, cp.sf + cp.sf_at(k0 + s - ph),
-                        cp.sf_ok ? (left < 4 ? 4 * (uint32_t)left : 16u) : 0u);
+            cp_async_4(base + sf_dst(s), cp.sf + cp.sf_at(k0 + s), sf_size);
+          } else if (((ph0 + s) & 3) == 0 || s == 0) { /* the slot's 4 steps (before k0: unread), none past the row */
+            cp_async_16(base + sf_dst(s) - 4 * ((ph0 + s) & 3), sf_run,
+                        cp.sf_ok ? (run_left < 4 ? 4 * (uint32_t)run_left : 16u) : 0u);
+            sf_run += sf_run_bytes, run_left -= 4;
           }
         }
       } else {
