@@ -35,10 +35,11 @@
  * (weights repacked for bf16; sm_90a SASS) a warp's step is ~120
  * instructions for 1024 weights at one or two n8 tiles, ~175 at four, ~200
  * (~290 at four) for a dual's 2048, and the scale ring's bookkeeping ~15-20
- * more: there the copies, not issue, bound it (DeepSeek-V3 experts at T = 8
- * in the checkpoint's layout, H200: without its decode and mma gate/up takes
- * 0.91x the time, down 0.81x; laid out by tile the block reaches 0.70 of
- * its SOL instead of 0.63; docs/PERF.md). The GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
+ * more. In the checkpoint's layout the copies bound it (DeepSeek-V3 experts at
+ * T = 8, H200: without its decode and mma gate/up takes 0.91x the time, down
+ * 0.81x); laid out by tile the block reaches 0.71-0.72 of its SOL instead of
+ * 0.63, and issue binds it (0.69 instructions a cycle per scheduler under
+ * ncu; docs/PERF.md). The GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
