@@ -1,11 +1,13 @@
 """The linear layers of real models, NVFP4 (W4A4 and W4A16) against bf16, at every token count.
 
-    python -m benchmarks.bench_models [--model 8b 70b] [--m 1,16,256] [--mode w4a4 w4a16 w4a16p] [--json F] [--png F]
+    python -m benchmarks.bench_models [--model 8b 70b] [--m 1,16,256] [--mode w4a4 w4a16 w4a16p w4a16t] [--json F]
+        [--png F]
 
 Per model, the four linears of one decoder layer: qkv, o, gate+up (one dual gemm: silu(x Wg^T) *
 (x Wu^T)) and down. W4A4 runs as a model runs it: gemm_w4a4, the activations' quantization and the
 gemm of them (both timed); W4A16 is one call on the bf16 activations (w4a16p: with the weights repacked for bf16,
-ops.pack_bf16_pairs). bf16 is F.linear (and silu * mul for the dual)
+ops.pack_bf16_pairs; w4a16t: those laid out by tile too, layouts.to_expert_tiles). bf16 is F.linear (and silu * mul
+for the dual)
 in the same run. GPU time per call from CUDA-graph replays of a chain of calls that walks over
 enough copies of the weights to exceed L2 (so every call reads its weights from DRAM, as a model's
 layers do); median of replays. Speed of light (SOL) = max(bytes / copy rate, flops / fp16 tensor
@@ -44,6 +46,8 @@ def nvfp4_weight(n, k, gen, mode="w4a4"):
     w = torch.randn(n, k, generator=gen, device="cuda", dtype=torch.bfloat16) * 0.02
     g = 2688.0 / w.abs().amax().float()
     codes, sf = nk.quantize(w, global_scale=g)
+    if mode == "w4a16t":
+        return (*nk.layouts.to_expert_tiles(nk.pack_bf16_pairs(codes)[None], sf[None]), (1.0 / g).reshape(1))
     return nk.pack_bf16_pairs(codes) if mode == "w4a16p" else codes, sf, (1.0 / g).reshape(1)
 
 
@@ -62,7 +66,7 @@ def make_calls(mode, m, n, k, dual, gen):
                 calls.append(lambda w=ws[0]: F.linear(x, w))
             continue
         ws = [nvfp4_weight(n, k, gen, mode) for _ in range(2 if dual else 1)]
-        if mode in ("w4a16", "w4a16p"):
+        if mode.startswith("w4a16"):
             if dual:
                 (c1, s1, a1), (c2, s2, a2) = ws
                 calls.append(lambda c1=c1, s1=s1, a1=a1, c2=c2, s2=s2, a2=a2:
@@ -91,7 +95,7 @@ def kernel_of(mode, m, n, k, dual, gen):
     if mode == "bf16":
         return "cuBLAS"
     c, s, _ = nvfp4_weight(n, k, gen, mode)
-    if mode in ("w4a16", "w4a16p"):
+    if mode.startswith("w4a16"):
         x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
         return nk.kernel_name("dual_gemm_w4a16", x, c, c, s, s) if dual else nk.kernel_name("gemm_w4a16", x, c, s)
     x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
@@ -162,7 +166,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", nargs="+", choices=list(MODELS), default=list(MODELS))
     ap.add_argument("--m", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
-    ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a16", "w4a16p"), default=["w4a4", "w4a16", "w4a16p"])
+    ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a16", "w4a16p", "w4a16t"),
+                    default=["w4a4", "w4a16", "w4a16p"])
     ap.add_argument("--json")
     ap.add_argument("--png")
     args = ap.parse_args(argv)

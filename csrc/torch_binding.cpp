@@ -226,6 +226,48 @@ void set_scalar(const OpName &op, const char *name, const Tensor &t, const at::D
   }
 }
 
+/* Scales w_sf of weights w laid out by tile (layouts.to_expert_tiles, nvfp4.h): [E, tiles, ceil(K/256) = groups,
+ * 2048], w [E, tiles, groups, 16384 bytes] (as bytes), both contiguous within each tile. */
+void check_tile_scales(const OpName &op, const char *name, const char *sf_name, const Arg &w, const Arg &w_sf,
+                       int64_t E, int64_t groups) {
+  TORCH_CHECK_TYPE(is_e4m3(w_sf.dtype), op, ": ", sf_name, " must be float8_e4m3fn or uint8 (e4m3 bytes), got ",
+                   w_sf.dtype);
+  TORCH_CHECK_VALUE(w_sf.dim() == 4 && w_sf.size(0) == E && w_sf.size(1) == w.size(1) && w_sf.size(2) == groups &&
+                        w_sf.size(3) == NVFP4_TILE_SF_GROUP,
+                    op, ": ", sf_name, " laid out by tile must be [E, tiles, ceil(K/256), ", NVFP4_TILE_SF_GROUP,
+                    "] = [", E, ", ", w.size(1), ", ", groups, ", ", NVFP4_TILE_SF_GROUP, "], got shape ",
+                    w_sf.sizes());
+  TORCH_CHECK_VALUE((w.stride(3) == 1 && w.stride(2) == 4 * NVFP4_TILE_STEP) &&
+                        (w_sf.stride(3) == 1 && w_sf.stride(2) == NVFP4_TILE_SF_GROUP),
+                    op, ": ", name, " and ", sf_name,
+                    " laid out by tile must be contiguous within each tile, got strides ", w.strides(), " and ",
+                    w_sf.strides());
+}
+
+/* The operand of weights laid out by tile (w as bytes, checked by check_tile_scales): the rows at places
+ * `place` .. `place` + tile_rows - 1 of each tile (a gated expert's W3: from 64). */
+nvfp4_operand tile_operand(const Arg &w, const Arg &w_sf, int place, int tile_rows) {
+  nvfp4_operand o{};
+  o.data = static_cast<const uint8_t *>(w.ptr) + place * 32;
+  o.batch_stride = w.stride(0), o.row_stride = w.stride(1);
+  o.sf = static_cast<const uint8_t *>(w_sf.ptr) + place * 16;
+  o.sf_batch_stride = w_sf.stride(0), o.sf_row_stride = w_sf.stride(1);
+  o.tile_rows = tile_rows;
+  return o;
+}
+
+/* W4A16 weights laid out by tile for a dense problem: [1, N/128, ceil(K/256), 16384 bytes] (as bytes; of
+ * weights repacked for bf16, int32 [1, N/128, ceil(K/256), 4096]) and their scales, checked. */
+nvfp4_operand dense_tiles(const OpName &op, const char *name, const char *sf_name, const Arg &w, const Arg &w_sf,
+                          int64_t K) {
+  const int64_t groups = (K + 4 * 64 - 1) / (4 * 64);
+  TORCH_CHECK_VALUE(w.size(0) == 1 && w.size(2) == groups && w.size(3) == 4 * NVFP4_TILE_STEP, op, ": ", name,
+                    " laid out by tile must be [1, N/128, ceil(K/256)=", groups, ", ", NVFP4_TILE_STEP,
+                    "] int32 words for x's K=", K, ", got (as bytes) ", w.sizes());
+  check_tile_scales(op, name, sf_name, w, w_sf, 1, groups);
+  return tile_operand(w, w_sf, 0, NVFP4_TILE_ROWS);
+}
+
 /* Validate one gemm-like problem (gemv when `vector`, dual when b2 is given).
  * sfa == nullptr: W4A16, a holds fp16 or bf16 values [L?, M, K]. */
 Problem make_problem(const OpName &op, const Arg &a, const Arg &b_in, const Arg *b2_in, const Arg *sfa, const Arg &sfb,
@@ -259,16 +301,24 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b_in, const Arg 
   const bool batched = a.dim() == 3;
   const int64_t b_rank = a.dim() - (vector ? 1 : 0);
   const char *bname = b2 ? "b1" : "b";
-  TORCH_CHECK_VALUE(b.dim() == b_rank, op, ": ", bname, " must have ", b_rank, " dims to match a (",
-                    vector ? (batched ? "[L, K/2]" : "[K/2]") : (batched ? "[L, N, K/2]" : "[N, K/2]"),
-                    "), got shape ", b.sizes());
+  /* W4A16 weights laid out by tile (4 dims, dense_tiles): as [N, K/2] ones, x [M, K] (w4a16_rows) */
+  const bool tiled = w4a16 && b.dim() == 4 && !batched;
+  if (tiled) {
+    TORCH_CHECK_TYPE(pairs, op, ": weights laid out by tile must be repacked for bf16 first (int32 words: ",
+                     "layouts.to_expert_tiles(ops.pack_bf16_pairs(b)[None], sfb[None])), got ", b_in.dtype);
+  } else {
+    TORCH_CHECK_VALUE(b.dim() == b_rank, op, ": ", bname, " must have ", b_rank, " dims to match a (",
+                      vector ? (batched ? "[L, K/2]" : "[K/2]") : (batched ? "[L, N, K/2]" : "[N, K/2]"),
+                      w4a16 && !batched ? " or laid out by tile: [1, N/128, ceil(K/256), 4096] int32" : "",
+                      "), got shape ", b_in.sizes());
+  }
   if (b2)
-    TORCH_CHECK_VALUE(b2->sizes() == b.sizes(), op, ": b2 has shape ", b2->sizes(), " but b1 has ", b.sizes());
+    TORCH_CHECK_VALUE(b2->sizes() == b.sizes(), op, ": b2 has shape ", b2_in->sizes(), " but b1 has ", b_in.sizes());
   const int64_t K = w4a16 ? a.size(-1) : 2 * a.size(-1);
-  if (w4a16) {
+  if (w4a16 && !tiled) {
     TORCH_CHECK_VALUE(2 * b.size(-1) == K, op, ": ", bname, pairs ? " (int32 words) has K/8=" : " has K/2=",
                       pairs ? b_in.size(-1) : b.size(-1), " but x has K=", K);
-  } else {
+  } else if (!w4a16) {
     TORCH_CHECK_VALUE(b.size(-1) == a.size(-1), op, ": ", bname, " has K/2=", b.size(-1), " but a has K/2=",
                       a.size(-1));
   }
@@ -277,7 +327,7 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b_in, const Arg 
   const int64_t L = batched ? a.size(0) : 1;
   if (batched)
     TORCH_CHECK_VALUE(b.size(0) == L, op, ": ", bname, " has L=", b.size(0), " but ", a_name, " has L=", a.size(0));
-  const int64_t M = a.size(-2), N = vector ? 1 : b.size(-2);
+  const int64_t M = a.size(-2), N = vector ? 1 : tiled ? b.size(1) * NVFP4_TILE_ROWS : b.size(-2);
 
   pr.device = a.device;
   auto same_device = [&](const char *name, const at::Device &d) {
@@ -300,8 +350,13 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b_in, const Arg 
     p.a = make_operand(op, a, "sfa", *sfa, batched, L, M, K, true);
     p.a_type = NVFP4_E2M1;
   }
-  p.b = make_operand(op, b, b2 ? "sfb1" : "sfb", sfb, batched, L, N, K, !vector);
-  if (b2) p.b2 = make_operand(op, *b2, "sfb2", *sfb2, batched, L, N, K, true);
+  if (tiled) {
+    p.b = dense_tiles(op, bname, b2 ? "sfb1" : "sfb", b, sfb, K);
+    if (b2) p.b2 = dense_tiles(op, "b2", "sfb2", *b2, *sfb2, K);
+  } else {
+    p.b = make_operand(op, b, b2 ? "sfb1" : "sfb", sfb, batched, L, N, K, !vector);
+    if (b2) p.b2 = make_operand(op, *b2, "sfb2", *sfb2, batched, L, N, K, true);
+  }
   if (pairs) p.b.codes = p.b2.codes = NVFP4_CODES_BF16_PAIRS;
   p.alpha = p.alpha2 = 1.0f;
   p.c_type = NVFP4_F16;
@@ -506,14 +561,19 @@ Tensor dual_gemm(const Tensor &a, const Tensor &b1, const Tensor &b2, const Tens
                       out_type({"nvfp4.dual_gemm"}, out_dtype));
 }
 
+/* A W4A16 op's one weight matrix: [N, K/2] (or int32 [N, K/8]), or laid out by tile ([1, N/128, ..]), against
+ * batched [L, N, K/2]; and its N. */
+bool one_matrix(const Tensor &b) { return b.dim() == 2 || b.dim() == 4; }
+int64_t weight_rows(const Tensor &b) { return b.dim() == 4 ? b.size(1) * NVFP4_TILE_ROWS : b.size(-2); }
+
 /* W4A16: x [..., M, K] fp16 / bf16 against NVFP4 weights. With an unbatched
- * weight [N, K/2] any leading dims of x are rows (as F.linear takes them): x
- * is read as [rows, K] (a copy only where its dims cannot be flattened), the
- * output is [..., N] (out= must flatten likewise). A batched weight
- * [L, N, K/2] takes x [L, M, K]. */
+ * weight [N, K/2] (or one laid out by tile) any leading dims of x are rows (as
+ * F.linear takes them): x is read as [rows, K] (a copy only where its dims
+ * cannot be flattened), the output is [..., N] (out= must flatten likewise).
+ * A batched weight [L, N, K/2] takes x [L, M, K]. */
 Tensor w4a16_rows(const char *op, const Tensor &x, const Tensor &b) {
   TORCH_CHECK_VALUE(x.dim() >= 1, op, ": x must have a dim of K values, got a 0-dim tensor");
-  if (b.dim() != 2 || x.dim() == 2) return x;
+  if (!one_matrix(b) || x.dim() == 2) return x;
   return x.reshape({-1, x.size(-1)});  /* a view where the strides allow */
 }
 
@@ -566,6 +626,8 @@ void check_w4a4_weights(const char *op, const Arg &b1, const Arg *b2) {
   TORCH_CHECK_TYPE(b1.dtype != at::kInt && (!b2 || b2->dtype != at::kInt), op,
                    ": weights repacked for bf16 (int32) are for gemm_w4a16; give the checkpoint's bytes ",
                    "(ops.unpack_bf16_pairs)");
+  TORCH_CHECK_VALUE(b1.dim() != 4 && (!b2 || b2->dim() != 4), op, ": weights laid out by tile are for gemm_w4a16; ",
+                    "give the checkpoint's bytes [N, K/2] (layouts.from_expert_tiles)");
 }
 
 /* W4A4 with the activations quantized in the call (the gemm_w4a4 ops): x2 (as w4a16_rows gives it, fp16 / bf16)
@@ -627,7 +689,7 @@ Tensor w4a16_alloc(const char *op, const Tensor &x, const Tensor &b1, const Tens
   const at::ScalarType type = out_type({op}, out_dtype, x.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf);
   Tensor out2 = global_scale ? w4a4_run(op, x2, b1, b2, sfb1, sfb2, *global_scale, e, nullptr, type)
                              : matmul_alloc(op, false, x2, b1, b2, nullptr, sfb1, sfb2, e, type);
-  return b1.dim() == 2 && x.dim() != 2 ? out2.view(w4a16_out_shape(x, b1.size(-2))) : out2;
+  return one_matrix(b1) && x.dim() != 2 ? out2.view(w4a16_out_shape(x, weight_rows(b1))) : out2;
 }
 
 void w4a16_out(const char *op, const Tensor &x, const Tensor &b1, const Tensor *b2, const Tensor &sfb1,
@@ -638,11 +700,13 @@ void w4a16_out(const char *op, const Tensor &x, const Tensor &b1, const Tensor *
                   {"bias", e.bias ? &*e.bias : nullptr},
                   {"global_scale", global_scale && *global_scale ? &**global_scale : nullptr}});
   const Tensor x2 = w4a16_rows(op, x, b1);
-  if (b1.dim() == 2 && x.dim() != 2)
-    TORCH_CHECK_VALUE(out.dim() == x.dim() && out.size(-1) == b1.size(0) &&
+  const bool flat = one_matrix(b1) && x.dim() != 2;
+  if (flat)
+    TORCH_CHECK_VALUE(out.dim() == x.dim() && out.size(-1) == weight_rows(b1) &&
                           std::equal(out.sizes().begin(), out.sizes().end() - 1, x.sizes().begin()),
-                      op, ": out has shape ", out.sizes(), ", expected ", at::IntArrayRef(w4a16_out_shape(x, b1.size(-2))));
-  const Tensor out2 = b1.dim() == 2 && x.dim() != 2 ? w4a16_out_rows(op, out, x2.size(0)) : out;
+                      op, ": out has shape ", out.sizes(), ", expected ",
+                      at::IntArrayRef(w4a16_out_shape(x, weight_rows(b1))));
+  const Tensor out2 = flat ? w4a16_out_rows(op, out, x2.size(0)) : out;
   if (global_scale) {
     w4a4_run(op, x2, b1, b2, sfb1, sfb2, *global_scale, e, &out2, out2.scalar_type());
     return;
@@ -804,29 +868,11 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
   p.a.row_stride = x.stride(0) * 2;
   p.a_type = x.scalar_type() == at::kHalf ? NVFP4_F16 : NVFP4_BF16;
   if (tiled) {
-    TORCH_CHECK_TYPE(is_e4m3(w_sf.scalar_type()), op, ": w_sf must be float8_e4m3fn or uint8 (e4m3 bytes), got ",
-                     w_sf.scalar_type());
-    TORCH_CHECK_VALUE(w_sf.dim() == 4 && w_sf.size(0) == E && w_sf.size(1) == w.size(1) && w_sf.size(2) == groups &&
-                          w_sf.size(3) == NVFP4_TILE_SF_GROUP,
-                      op, ": w_sf laid out by tile must be [E, tiles, ceil(K/256), ", NVFP4_TILE_SF_GROUP,
-                      "] = [", E, ", ", w.size(1), ", ", groups, ", ", NVFP4_TILE_SF_GROUP, "], got shape ",
-                      w_sf.sizes());
-    TORCH_CHECK_VALUE((w_.stride(3) == 1 && w_.stride(2) == 4 * NVFP4_TILE_STEP) &&
-                          (w_sf.stride(3) == 1 && w_sf.stride(2) == NVFP4_TILE_SF_GROUP),
-                      op, ": w and w_sf laid out by tile must be contiguous within each tile, got strides ",
-                      w_.strides(), " and ", w_sf.strides());
+    const Arg sf_(w_sf);
+    check_tile_scales(op, "w", "w_sf", w_, sf_, E, groups);
     /* a gated tile: W1's rows at places 0..63, W3's at 64..127 */
-    const auto operand = [&](int half) {
-      nvfp4_operand o{};
-      o.data = static_cast<const uint8_t *>(w_.ptr) + half * 64 * 32;
-      o.batch_stride = w_.stride(0), o.row_stride = w_.stride(1);
-      o.sf = static_cast<const uint8_t *>(w_sf.const_data_ptr()) + half * 64 * 16;
-      o.sf_batch_stride = w_sf.stride(0), o.sf_row_stride = w_sf.stride(1);
-      o.tile_rows = gated ? 64 : NVFP4_TILE_ROWS;
-      return o;
-    };
-    p.b = operand(0);
-    if (gated) p.b2 = operand(1);
+    p.b = tile_operand(w_, sf_, 0, gated ? 64 : NVFP4_TILE_ROWS);
+    if (gated) p.b2 = tile_operand(w_, sf_, 64, 64);
   } else if (gated) {
     const bool blocked = w_sf.dim() == 6;
     TORCH_CHECK_VALUE(!blocked || N % 128 == 0, op, ": blocked scales of a gated w need N % 128 == 0 (W1 and W3 "

@@ -13,6 +13,8 @@ from typing import Optional, Sequence, Union
 
 import torch
 
+from . import layouts
+
 Alpha = Union[None, float, torch.Tensor]
 
 _FP32_MAX = 3.4028234663852886e38
@@ -124,7 +126,10 @@ def gemm_w4a16(x, b, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = 
     [L, N, K/2]; sfb as for gemm. Products are exact (an NVFP4 weight value has at most 6
     significant bits), sums in fp32; the result has x's dtype unless out_dtype (or out) says.
     The weight is decoded in the kernel: no dequantized copy is made. With bf16 x, b may also be
-    ``pack_bf16_pairs(b)`` (int32 [..., K/8]): the same weights in a layout the GPU decodes faster.
+    ``pack_bf16_pairs(b)`` (int32 [..., K/8]): the same weights in a layout the GPU decodes faster;
+    and those laid out by tile, ``layouts.to_expert_tiles(pack_bf16_pairs(b)[None], sfb[None])`` (N a
+    multiple of 128: int32 [1, N/128, ceil(K/256), 4096] and sfb [1, N/128, ceil(K/256), 2048]), which
+    the GPU copies in long runs (as an unbatched b).
     """
     al = _scalar("gemm_w4a16", "alpha", alpha)
     if out is None:
@@ -378,7 +383,7 @@ def _(as_, bs, sfas, sfbs, alphas=None, out_dtype=None):
 
 
 def _w4a16_shape(x, b):
-    return (*x.shape[:-1], b.shape[-2])
+    return (*x.shape[:-1], b.shape[1] * layouts.TILE_ROWS if b.dim() == 4 else b.shape[-2])
 
 
 @torch.library.register_fake("nvfp4::pack_bf16_pairs")

@@ -102,6 +102,62 @@ def test_dual_pairs(device, gen, m, n, k):
                        slack=w4a16_slack(x, d1, s1, 0.5, d2, s2, -2.0))
 
 
+def tiled(b):
+    """An operand's weights repacked for bf16 and laid out by tile, as a dense problem takes them."""
+    return nk.layouts.to_expert_tiles(nk.pack_bf16_pairs(b.data)[None], b.sf[None])
+
+
+# dense weights laid out by tile on every route: the GEMV (8, 16 and 32 rows; its 3-CTA instance: many tiles;
+# split-K: few), the tiled kernels (K % 128 == 64; K past whole groups of 4 steps), wgmma on Hopper (32-, 64- and
+# 128-row tiles, split-K, stream-K, pre-decoded activations)
+TILE_SHAPES = [(1, 256, 4096), (3, 6144, 1024), (12, 128, 2048), (24, 384, 4096), (5, 128, 1088), (8, 256, 192),
+               (40, 256, 512), (129, 384, 1024), (200, 512, 4096), (128, 4096, 2048)]
+
+
+@pytest.mark.parametrize("m,n,k", TILE_SHAPES)
+def test_dense_by_tile(device, gen, m, n, k):
+    """Weights laid out by tile: the checkpoint layout's results bit for bit, on the same kernel."""
+    b, b2 = (random_operand(None, n, k, gen=gen, device=device) for _ in range(2))
+    (t, ts), (t2, ts2) = tiled(b), tiled(b2)
+    w, w2 = nk.pack_bf16_pairs(b.data), nk.pack_bf16_pairs(b2.data)
+    x = activations((2, m // 2, k) if m % 2 == 0 else (m, k), torch.bfloat16, gen, device)  # leading dims: rows
+    bias = bias_of(n, torch.float32, gen, device)
+    want = nk.gemm_w4a16(x, w, b.sf, alpha=-1.5, bias=bias)
+    got = poisoned(want.shape, device, torch.bfloat16)
+    nk.gemm_w4a16(x, t, ts, alpha=-1.5, bias=bias, out=got)
+    assert want.shape == (*x.shape[:-1], n) and torch.equal(got.view(torch.int16), want.view(torch.int16)), (m, n, k)
+    assert torch.equal(nk.gemm_w4a16(x, t, ts, alpha=-1.5, bias=bias).view(torch.int16), want.view(torch.int16))
+    if m < 128:
+        want = nk.dual_gemm_w4a16(x, w, w2, b.sf, b2.sf, alpha1=0.5, alpha2=-2.0)
+        got = nk.dual_gemm_w4a16(x, t, t2, ts, ts2, alpha1=0.5, alpha2=-2.0)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), ("dual", m, n, k)
+    if device == "cuda" and not FORCED:
+        x2 = x.reshape(-1, k)
+        name, flat = nk.kernel_name("gemm_w4a16", x2, t, ts), nk.kernel_name("gemm_w4a16", x2, w, b.sf)
+        assert name == (flat[:-1] + " laid out by tile)" if flat.startswith("w4a16") else flat), (name, flat)
+
+
+def test_dense_by_tile_bad_arguments(device, gen):
+    b = random_operand(None, 128, 256, gen=gen, device=device)
+    t, ts = tiled(b)
+    codes_t, _ = nk.layouts.to_expert_tiles(b.data[None], b.sf[None])  # not repacked
+    x = torch.zeros(3, 256, dtype=torch.bfloat16, device=device)
+    cases = [
+        (lambda: nk.gemm_w4a16(x, codes_t, ts), TypeError, "repacked for bf16 first"),
+        (lambda: nk.gemm_w4a16(x.half(), t, ts), TypeError, "need bfloat16 x"),
+        (lambda: nk.gemm_w4a16(torch.zeros(3, 512, dtype=torch.bfloat16, device=device), t, ts), ValueError,
+         r"ceil\(K/256\)=2"),
+        (lambda: nk.gemm_w4a16(x, torch.cat([t, t]), torch.cat([ts, ts])), ValueError, r"must be \[1, N/128"),
+        (lambda: nk.gemm_w4a16(x, t, ts[..., :1024]), ValueError, "sfb laid out by tile must be"),
+        (lambda: nk.gemm_w4a16(x, t, b.sf), ValueError, "sfb laid out by tile must be"),
+        (lambda: nk.dual_gemm_w4a16(x, t, nk.pack_bf16_pairs(b.data), ts, b.sf), ValueError, "b2 has shape"),
+        (lambda: nk.gemm_w4a4(x, codes_t, ts, global_scale=1.0), ValueError, "laid out by tile are for gemm_w4a16"),
+    ]
+    for call, err, match in cases:
+        with pytest.raises(err, match=match):
+            call()
+
+
 def test_pairs_nan_scale(device, gen):
     b = random_operand(None, 8, 128, gen=gen, device=device)
     b.sf.view(torch.uint8)[3, 5] = 0x7F  # an e4m3 NaN: row 3's outputs are NaN

@@ -1393,6 +1393,7 @@ bool matmul_sm90_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   /* one codes step for both weight operands (weight_step) */
   if (p.b2.data && p.b2.tile_rows != p.b.tile_rows) return false;
   const bool w4a16 = p.a_type != NVFP4_E2M1;
+  if (p.b.tile_rows && !w4a16) return false; /* by tile: StageCopies16 and the W16 pre-decoded copies only */
   /* W4A16: 16-byte aligned activation rows (no scales); rows grouped by
    * expert: W4A16 only */
   if (w4a16 && !rows_aligned(p.a, 16)) return false;

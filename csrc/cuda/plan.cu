@@ -251,13 +251,15 @@ Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev) {
 
 bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
-/* Weights laid out by tile (nvfp4.h): rows grouped by expert, 64 or 128 rows a tile, whole tiles, b2 as b; the
- * w4a16 and wgmma kernels read them (rows grouped by expert go nowhere else: can_run). */
+/* Weights laid out by tile (nvfp4.h): whole tiles, linear scales, b2 as b; rows grouped by expert 64 or 128 rows
+ * a tile, a dense problem's 128 of weights repacked for bf16 (what NVFP4Linear holds on a GPU). Only the w4a16
+ * and wgmma kernels read them (16-bit activations go nowhere else: can_run). */
 bool tiles_ok(const nvfp4_matmul &p) {
   const int32_t t = p.b.tile_rows;
   if (p.a.tile_rows || (p.b2.data ? p.b2.tile_rows : 0) != (p.b2.data ? t : 0)) return false;
-  return !t || (p.offs && (t == 64 || t == NVFP4_TILE_ROWS) && p.n % t == 0 && p.b.sf_layout == NVFP4_SF_LINEAR &&
-                (!p.b2.data || p.b2.sf_layout == NVFP4_SF_LINEAR));
+  if (!t) return true;
+  if (p.n % t || p.b.sf_layout != NVFP4_SF_LINEAR || (p.b2.data && p.b2.sf_layout != NVFP4_SF_LINEAR)) return false;
+  return p.offs ? t == 64 || t == NVFP4_TILE_ROWS : t == NVFP4_TILE_ROWS && p.b.codes == NVFP4_CODES_BF16_PAIRS;
 }
 
 /* Sizes in range; types known; pointers present unless the problem is empty
@@ -364,7 +366,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems,
   if (count <= 0) return NVFP4_ERR_INVALID;
   const Plan plan = plan_call(problems, count, device_info());
   if (plan.kernel == Kernel::NONE) return NVFP4_ERR_INVALID;
-  char what[96] = "";
+  char what[128] = "";
   const int n = std::min(count, NVFP4_LAUNCH_GROUPS); /* the first launch's */
   if (plan.kernel == Kernel::WGMMA) matmul_sm90_describe(problems, n, plan.option, true, what, sizeof what);
   if (plan.kernel == Kernel::MMA) matmul_mma_describe(problems, n, plan.option, what, sizeof what);

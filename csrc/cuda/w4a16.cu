@@ -738,10 +738,13 @@ __global__ void __launch_bounds__(THREADS, (min_ctas(FAST, Shape<DUAL, MW, TM>::
  * weight rows g, g + 8 (scale blocks 2t and 2t + 1 of the step), their 2
  * scale bytes, and rows g (g + 8)'s 64 values of those blocks (4 x 16 bytes,
  * none past the rows). Each 64-value half h then runs as mma_step's K order
- * with thread t on block 2t + h. The warps' sums meet in shared memory (added
- * in warp order: deterministic) and warp 0 runs the epilogue (silu(W1's) *
- * W2's for a dual), or writes the split tile's partial. Speed of light as the
- * file's. */
+ * with thread t on block 2t + h. Weights laid out by tile (TILES: a dense
+ * layer's, repacked for bf16): the same loads, a thread's 16 bytes in tile
+ * step 2i + t / 2, a warp's next step 16 tile steps (64 KB) on, its warp's
+ * 16 rows one 512-byte run a tile step. The warps' sums meet in shared
+ * memory (added in warp order: deterministic) and warp 0 runs the epilogue
+ * (silu(W1's) * W2's for a dual), or writes the split tile's partial. Speed
+ * of light as the file's. */
 constexpr int GEMV_WARPS = 8, GEMV_THREADS = 32 * GEMV_WARPS, GEMV_STEP = 128;
 
 /* steps of weights in flight a warp: 4 m16 tiles' worth (one matrix, NT = 1),
@@ -754,7 +757,7 @@ struct GemvWeights {
   uint32_t sf[MW][2]; /* their scale bytes of blocks 2t, 2t + 1 */
 };
 
-template <bool DUAL, int AT, int NT, int CTAS>
+template <bool DUAL, int AT, int NT, int CTAS, bool TILES>
 __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __grid_constant__ MatmulTable t,
                                                                          const Split sp) {
   constexpr bool BF16 = nvfp4_at_bf16(AT);
@@ -796,9 +799,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
 #pragma unroll
     for (int q = 0; q < MW; q++) {
       const nvfp4_operand &op = q ? p.b2 : p.b;
-      w_src[q][h] = op.data + l * op.batch_stride + r * op.row_stride + (k0 + warp) * (GEMV_STEP / 2) + 16 * tq;
-      sf_src[q][h] = op.sf + l * op.sf_batch_stride + nvfp4_sf_offset(op.sf_layout, op.sf_row_stride, k_blocks, r, 0) +
-                     nvfp4_sf_offset(op.sf_layout, 0, k_blocks, 0, kb0);
+      const int64_t kbyte = (k0 + warp) * (GEMV_STEP / 2) + 16 * tq;
+      w_src[q][h] =
+          op.data + l * op.batch_stride + (TILES ? nvfp4_codes_offset(&op, r, kbyte) : r * op.row_stride + kbyte);
+      sf_src[q][h] = op.sf + l * op.sf_batch_stride +
+                     (TILES ? nvfp4_operand_sf_offset(&op, k_blocks, r, kb0)
+                            : nvfp4_sf_offset(op.sf_layout, op.sf_row_stride, k_blocks, r, 0) +
+                                  nvfp4_sf_offset(op.sf_layout, 0, k_blocks, 0, kb0));
     }
   }
   const uint8_t *x_src[NT];
@@ -809,8 +816,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
     x_src[j] = p.a.data + l * p.a.batch_stride + std::min<int64_t>(m0 + g + 8 * j, m_end - 1) * p.a.row_stride +
                (k0 + warp) * (2 * GEMV_STEP) + 64 * tq;
   }
-  constexpr int64_t W_STEP = GEMV_WARPS * GEMV_STEP / 2, X_STEP = GEMV_WARPS * 2 * GEMV_STEP;
-  const int64_t sf_step = nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, GEMV_WARPS * (GEMV_STEP / 16));
+  /* a warp's next step: GEMV_WARPS steps of 128 on (by tile: twice as many tile steps, runs of 4 of them) */
+  constexpr int64_t W_STEP = TILES ? 2 * GEMV_WARPS * NVFP4_TILE_STEP : GEMV_WARPS * GEMV_STEP / 2,
+                    X_STEP = GEMV_WARPS * 2 * GEMV_STEP;
+  static_assert(!TILES || GEMV_WARPS % 2 == 0, "a warp's steps by tile: whole runs of 4 tile steps");
+  const int64_t sf_step = TILES ? (int64_t)GEMV_WARPS / 2 * NVFP4_TILE_SF_GROUP
+                                : nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, GEMV_WARPS * (GEMV_STEP / 16));
 
   auto load_w = [&](GemvWeights<MW> &s, int i) {
 #pragma unroll
@@ -948,6 +959,7 @@ struct Config {
   bool dual, bf16, pairs, fast, gemv;
   int mw, tm, split;
   int gemv_ctas = 2; /* the GEMV instance: built for 2 CTAs an SM, or 3 (8 rows of one matrix) */
+  bool tiles = false; /* weights laid out by tile (the GEMV's instance; the other kernels read either) */
 };
 
 int tile_n(const Config &c) { return c.gemv ? 16 : c.dual ? 64 : 64 * c.mw; }
@@ -984,21 +996,25 @@ Entry entry(const Config &c) {
   return c.mw == 1 ? entry<false, AT, true, 1, TM>() : entry<false, AT, true, 2, TM>();
 }
 
-template <bool DUAL, int AT>
+template <bool DUAL, int AT, bool TILES>
 Entry gemv_entry(const Config &c) {
   if constexpr (!DUAL) {
-    if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, AT, 4, 2>), 0, GEMV_THREADS};
+    if (c.tm == 32) return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, AT, 4, 2, TILES>), 0, GEMV_THREADS};
     if (c.gemv_ctas == 3)
-      return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, AT, 1, 3>), 0, GEMV_THREADS};
+      return {reinterpret_cast<const void *>(w4a16_kernel_gemv<false, AT, 1, 3, TILES>), 0, GEMV_THREADS};
   }
-  return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, AT, 1, 2>)
-                    : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, AT, 2, 2>),
+  return {c.tm == 8 ? reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, AT, 1, 2, TILES>)
+                    : reinterpret_cast<const void *>(w4a16_kernel_gemv<DUAL, AT, 2, 2, TILES>),
           0, GEMV_THREADS};
 }
 
 template <int AT>
 Entry entry_of(const Config &c) {
-  if (c.gemv) return c.dual ? gemv_entry<true, AT>(c) : gemv_entry<false, AT>(c);
+  if (c.gemv) {
+    if constexpr (AT == NVFP4_BF16_PAIRS) /* dense weights by tile: repacked for bf16 (plan.cu's tiles_ok) */
+      if (c.tiles) return c.dual ? gemv_entry<true, AT, true>(c) : gemv_entry<false, AT, true>(c);
+    return c.dual ? gemv_entry<true, AT, false>(c) : gemv_entry<false, AT, false>(c);
+  }
   return c.tm == 16 ? entry<AT, 16>(c) : entry<AT, 64>(c);
 }
 
@@ -1012,12 +1028,12 @@ Entry entry_of(const Config &c) {
  * and shared memory: an sm_86 / sm_89 holds fewer than an A100 or H100),
  * asked once per device and configuration; 1 where the runtime cannot say. */
 int ctas_per_sm(const Config &c) {
-  static int cache[64][1024] = {};
+  static int cache[64][2048] = {};
   const DeviceInfo &dev = device_info();
   if (dev.id < 0 || dev.id >= 64) return 1;
   const int key = (c.dual ? 1 : 0) | (c.bf16 ? 2 : 0) | (c.fast ? 4 : 0) | (c.mw == 2 ? 8 : 0) | (c.tm == 64 ? 16 : 0) |
                   (c.tm == 8 ? 32 : 0) | (c.gemv ? 64 : 0) | (c.tm == 32 ? 128 : 0) | (c.gemv_ctas == 3 ? 256 : 0) |
-                  (c.pairs ? 512 : 0);
+                  (c.pairs ? 512 : 0) | (c.gemv && c.tiles ? 1024 : 0);
   int &n = cache[dev.id][key];
   if (!n) {
     const Entry k = entry_of(c);
@@ -1055,6 +1071,7 @@ int ctas_per_sm(const Config &c) {
 Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
   Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16,
            problems[0].b.codes == NVFP4_CODES_BF16_PAIRS, true, false, 2, 16, 1};
+  c.tiles = problems[0].b.tile_rows != 0;
   int64_t min_steps = INT64_MAX;
   bool gemv = true;
   int gemv_rows = 8;
@@ -1184,7 +1201,7 @@ void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, cha
   const char *gemv = !c.gemv            ? ""
                      : c.gemv_ctas == 3 ? ", GEMV (8 warps share K, 3 CTAs an SM)"
                                         : ", GEMV (8 warps share K)";
-  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), gemv,
+  std::snprintf(what, len, "%s activations, %dx%d tiles%s%s%s%s%s%s", c.bf16 ? "bf16" : "fp16", c.tm, tile_n(c), gemv,
                 split, c.fast ? "" : ", register loads", problems[0].offs ? ", rows by expert" : "",
-                c.pairs ? ", weights in bf16 pairs" : "");
+                c.pairs ? ", weights in bf16 pairs" : "", c.tiles ? " laid out by tile" : "");
 }
