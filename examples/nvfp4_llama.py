@@ -73,14 +73,14 @@ class FakeQuantLinear(torch.nn.Module):
     def forward(self, x):
         layer = self.layer
         if self.fp32:
-            w = reference.dequantize(layer.weight_codes(), layer.weight_scale, torch.float32)  # exact in float32
+            w = reference.dequantize(layer.weight_codes(), layer.weight_scales(), torch.float32)  # exact in float32
             xd, alpha = x.float(), layer.weight_scale_2.float()
             if self.w4a4:
                 codes, sf = reference.quantize(x.float(), layer._input_global_scale)
                 xd, alpha = reference.dequantize(codes, sf, torch.float32), layer._alpha
             y = torch.nn.functional.linear(xd, w) * alpha
             return (y if layer.bias is None else y + layer.bias.float()).to(x.dtype)
-        w = reference.dequantize(layer.weight_codes(), layer.weight_scale) * layer.weight_scale_2.double()
+        w = reference.dequantize(layer.weight_codes(), layer.weight_scales()) * layer.weight_scale_2.double()
         xd = x.double()
         if self.w4a4:
             codes, sf = reference.quantize(x.float(), layer._input_global_scale)  # 1 / input_scale, as the layer

@@ -24,9 +24,12 @@ weight_scale_2 (w4a4) or weight_scale_2 (w4a16), and rounded to x's dtype. Infer
 have no backward.
 
 A w4a16 layer of dtype bfloat16 on a GPU holds ``weight`` repacked for bf16 activations
-(``ops.pack_bf16_pairs``: int32 [N, K/8], the same bits in the order its kernels decode fastest);
-``state_dict()`` gives and ``load_state_dict()`` takes the checkpoint's bytes all the same, and
-``weight_codes()`` returns them.
+(``ops.pack_bf16_pairs``: int32 [N, K/8], the same bits in the order its kernels decode fastest)
+and, where N is a multiple of 128, laid out by tile with ``weight_scale`` (``layouts.to_expert_tiles``
+of one expert: int32 [1, N/128, ceil(K/256), 4096] and [1, N/128, ceil(K/256), 2048]);
+``state_dict()`` gives and ``load_state_dict()`` takes the checkpoint's tensors all the same,
+``weight_codes()`` and ``weight_scales()`` return them and ``set_weight_codes()`` /
+``set_weight_scales()`` take them.
 
 Tensor parallelism (``shard``, ``ColumnParallelNVFP4Linear``, ``RowParallelNVFP4Linear``) splits
 the weight's rows (N) or its columns (K, in whole 16-value blocks) over ranks; the per-tensor
@@ -74,6 +77,7 @@ class _NVFP4Module(torch.nn.Module):
 
     _FIXED_DTYPE: Tuple[str, ...] = ()
     _CODES: Tuple[str, ...] = ()
+    _EXPERTS = True  # code buffers [E, R, K/2]; False: [R, K/2], laid out by tile as one expert's ([1, ...])
     dtype: torch.dtype
 
     def _set_derived(self, name: str, value: torch.Tensor) -> None:
@@ -100,9 +104,14 @@ class _NVFP4Module(torch.nn.Module):
         tile, its scales so too (else None); new tensors where they are laid out otherwise."""
         w, sf = self._buffers[name], None
         if w.dim() == 4:
-            sf_name, gated, k = self._tile_spec(name)
-            w, sf = layouts.from_expert_tiles(w, self._buffers[sf_name], k, gated)
+            w, sf = self._untiled(name, w, self._buffers[self._tile_spec(name)[0]])
         return (ops.unpack_bf16_pairs(w) if w.dtype == torch.int32 else w), sf
+
+    def _untiled(self, name: str, w: torch.Tensor, sf: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Codes and scales laid out by tile back to the checkpoint's rows (in w's dtype)."""
+        _, gated, k = self._tile_spec(name)
+        w, sf = layouts.from_expert_tiles(w, sf, k, gated)
+        return (w, sf) if self._EXPERTS else (w[0], sf[0])
 
     def _register_codes(self, name: str, shape: Tuple[int, ...], device) -> None:
         """A zero code buffer [..., K/2] in the layout _pairs asks for (zero codes repack to zero words)."""
@@ -127,7 +136,30 @@ class _NVFP4Module(torch.nn.Module):
         only what differs changes (repacking goes through the host)."""
         if (codes.dtype == torch.int32) != pairs:
             codes = ops.pack_bf16_pairs(codes) if pairs else ops.unpack_bf16_pairs(codes)
-        return layouts.to_expert_tiles(codes, sf, self._tile_spec(name)[1]) if tiles else (codes, sf)
+        if not tiles:
+            return codes, sf
+        if not self._EXPERTS:
+            codes, sf = codes[None], sf[None]
+        return layouts.to_expert_tiles(codes, sf, self._tile_spec(name)[1])
+
+    @torch.no_grad()
+    def _set_checkpoint(self, name: str, codes: Optional[torch.Tensor] = None,
+                        sf: Optional[torch.Tensor] = None) -> None:
+        """Checkpoint codes (uint8 or float4_e2m1fn_x2 [..., K/2]) and / or scales ([..., K/16]) into buffer
+        ``name`` and its scales, in place, in their layout."""
+        w, sf_name = self._buffers[name], self._tile_spec(name)[0]
+        if w.dim() != 4:
+            if codes is not None:
+                self._copy_codes(name, codes)
+            if sf is not None:
+                self._buffers[sf_name].copy_(sf)
+            return
+        old_codes, old_sf = self._checkpoint(name)
+        codes = old_codes if codes is None else codes.view(torch.uint8).to(w.device)
+        sf = old_sf if sf is None else sf.to(device=w.device, dtype=old_sf.dtype)
+        codes, sf = self._laid_out(name, codes, sf, w.dtype == torch.int32, True)
+        w.copy_(codes)
+        self._buffers[sf_name].copy_(sf)
 
     @torch.no_grad()
     def _relayout(self, to_int32: Optional[bool] = None, to_tiles: Optional[bool] = None) -> None:
@@ -141,10 +173,10 @@ class _NVFP4Module(torch.nn.Module):
                 continue
             codes, sf, sf_name = w, None, None
             if w.dim() == 4 or tiles:
-                sf_name, gated, k = self._tile_spec(name)
+                sf_name = self._tile_spec(name)[0]
                 sf = self._buffers[sf_name]
             if w.dim() == 4:
-                codes, sf = layouts.from_expert_tiles(w, sf, k, gated)
+                codes, sf = self._untiled(name, w, sf)
             codes, sf = self._laid_out(name, codes, sf, pairs, tiles)
             if sf_name is not None:
                 self._buffers[sf_name] = sf
@@ -169,7 +201,7 @@ class _NVFP4Module(torch.nn.Module):
             if w.dim() == 4:  # laid out by tile: codes and scales together
                 sf_name, _, k = self._tile_spec(name)
                 sf = state_dict.get(prefix + sf_name)
-                rows = (w.shape[0], w.shape[1] * layouts.TILE_ROWS)
+                rows = (w.shape[0],) * self._EXPERTS + (w.shape[1] * layouts.TILE_ROWS,)
                 if isinstance(sf, torch.Tensor) and v.shape == (*rows, k // 2) and sf.shape == (*rows, k // _BLOCK):
                     codes, sf = self._laid_out(name, v.to(w.device).view(torch.uint8), sf.to(w.device),
                                                w.dtype == torch.int32, True)
@@ -219,6 +251,7 @@ class NVFP4Linear(_NVFP4Module):
     # Module.to(dtype), .half(), .bfloat16() cast every floating tensor; these keep their dtype.
     _FIXED_DTYPE = ("weight_scale", "weight_scale_2", "input_scale", "_input_global_scale", "_alpha")
     _CODES = ("weight",)
+    _EXPERTS = False
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, mode: str = "w4a4",
                  dtype: torch.dtype = torch.bfloat16, device=None):
@@ -244,6 +277,7 @@ class NVFP4Linear(_NVFP4Module):
         # A buffer like the others: the ops have no backward, and a buffer stays out of optimizers and
         # of requires_grad_() (an input that requires grad makes the ops refuse the call).
         self.register_buffer("bias", torch.zeros(n, dtype=dtype, device=device) if bias else None)
+        self._relayout()
         self.update_derived_scales()
 
     # ---- scales ------------------------------------------------------------------------------
@@ -262,13 +296,31 @@ class NVFP4Linear(_NVFP4Module):
         reads the checkpoint's bytes faster)."""
         return self.mode == "w4a16" and dtype == torch.bfloat16 and device.type == "cuda"
 
+    def _tiles(self, name: str, device: torch.device) -> bool:
+        """Whether the weight, repacked, and its scales are also laid out by tile (N a multiple of 128: the
+        kernels copy each tile's codes and scales in long runs; Llama-3 layers 0.76-0.99x the time)."""
+        return self._pairs(device, self.dtype) and self.out_features % layouts.TILE_ROWS == 0
+
+    def _tile_spec(self, name: str) -> Tuple[str, bool, int]:
+        return "weight_scale", False, self.in_features
+
     def weight_codes(self) -> torch.Tensor:
-        """The weight as the checkpoint holds it: uint8 [N, K/2] (a new tensor where it is repacked)."""
+        """The weight as the checkpoint holds it: uint8 [N, K/2] (a new tensor where it is laid out otherwise)."""
         return self._codes("weight")
+
+    def weight_scales(self) -> torch.Tensor:
+        """The weight's scales as the checkpoint holds them: float8_e4m3fn [N, K/16] (a new tensor where they
+        are laid out by tile)."""
+        sf = self._checkpoint("weight")[1]
+        return self.weight_scale if sf is None else sf
 
     def set_weight_codes(self, codes: torch.Tensor) -> None:
         """Copy checkpoint codes (uint8 or float4_e2m1fn_x2 [N, K/2]) into the weight, in its layout."""
-        self._copy_codes("weight", codes)
+        self._set_checkpoint("weight", codes=codes)
+
+    def set_weight_scales(self, scales: torch.Tensor) -> None:
+        """Copy checkpoint scales (float8_e4m3fn [N, K/16]) into weight_scale, in its layout."""
+        self._set_checkpoint("weight", sf=scales)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -301,7 +353,7 @@ class NVFP4Linear(_NVFP4Module):
             if self.weight.dtype == torch.int32 and x.dtype != torch.bfloat16:
                 # laid out for bf16 activations: back to the checkpoint's bytes, which fp16 ones take too (once; a
                 # layer meant for fp16 is built, or converted, with dtype float16)
-                self._relayout(to_int32=False)
+                self._relayout(to_int32=False, to_tiles=False)
             return ops.gemm_w4a16(x, self.weight, self.weight_scale, alpha=self.weight_scale_2, bias=bias)
         return ops.gemm_w4a4(x, self.weight, self.weight_scale, global_scale=self._input_global_scale,
                              alpha=self._alpha, bias=bias)
@@ -348,7 +400,7 @@ class NVFP4Linear(_NVFP4Module):
         ws2 = conventions.global_scale(w, "modelopt")
         codes, scales = ops.quantize(w, global_scale=ws2, convention="modelopt")
         layer.set_weight_codes(codes)
-        layer.weight_scale.copy_(scales)
+        layer.set_weight_scales(scales)
         layer.weight_scale_2.copy_(ws2)
         if mode == "w4a4":
             layer.input_scale.copy_(s_in)
@@ -382,15 +434,15 @@ def _shard_sizes(layer: NVFP4Linear, rank: int, world_size: int, dim: int):
 def _copy_shard(dst: NVFP4Linear, src: NVFP4Linear, rank: int, dim: int) -> NVFP4Linear:
     """Rank's piece of src's tensors into dst (already of the shard's shape); bias where dst has one."""
     n, k = dst.out_features, dst.in_features
-    codes = src.weight_codes()  # each layer in its own layout
+    codes, scales = src.weight_codes(), src.weight_scales()  # each layer in its own layout
     if dim == 0:
         rows = slice(rank * n, (rank + 1) * n)
         dst.set_weight_codes(codes[rows])
-        dst.weight_scale.copy_(src.weight_scale[rows])
+        dst.set_weight_scales(scales[rows])
         bias = None if src.bias is None else src.bias[rows]
     else:  # K/2 code bytes and K/16 scales of the same K range
         dst.set_weight_codes(codes[:, rank * k // 2:(rank + 1) * k // 2])
-        dst.weight_scale.copy_(src.weight_scale[:, rank * k // _BLOCK:(rank + 1) * k // _BLOCK])
+        dst.set_weight_scales(scales[:, rank * k // _BLOCK:(rank + 1) * k // _BLOCK])
         bias = src.bias
     if dst.bias is not None:
         dst.bias.copy_(bias)
@@ -757,10 +809,10 @@ class NVFP4MoE(_NVFP4Module):
                                                         device=device)
         for e, (g, u, d) in enumerate(zip(gate, up, down)):
             moe._copy_codes("w13_weight", torch.cat([g.weight_codes(), u.weight_codes()]), e)
-            moe.w13_weight_scale[e] = torch.cat([g.weight_scale, u.weight_scale])
+            moe.w13_weight_scale[e] = torch.cat([g.weight_scales(), u.weight_scales()])
             moe.w13_weight_scale_2[e] = torch.stack([g.weight_scale_2, u.weight_scale_2])
             moe._copy_codes("w2_weight", d.weight_codes(), e)
-            moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight_scale, d.weight_scale_2
+            moe.w2_weight_scale[e], moe.w2_weight_scale_2[e] = d.weight_scales(), d.weight_scale_2
             if mode == "w4a4":
                 moe.w13_input_scale[e], moe.w2_input_scale[e] = g.input_scale, d.input_scale
         moe._relayout()

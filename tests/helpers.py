@@ -189,7 +189,7 @@ def random_layer(n, k, bias, mode, gen, device="cpu", dtype=torch.bfloat16):
     w = random_operand(None, n, k, gen=gen, dtype=torch.uint8)
     with torch.no_grad():
         layer.set_weight_codes(w.data)
-        layer.weight_scale.copy_(w.sf)
+        layer.set_weight_scales(w.sf)
         layer.weight_scale_2.fill_(0.5 + torch.rand((), generator=gen).item())
         if mode == "w4a4":
             layer.input_scale.fill_((2.0 + 3.0 * torch.rand((), generator=gen).item()) / (6.0 * 448.0))

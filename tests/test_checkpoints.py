@@ -193,7 +193,7 @@ def check_layer(layer, x, *, fmt, w4a4):
         xq, sx = reference.quantize(x, g)
         want = reference.gemm(xq, layer.weight, sx, layer.weight_scale, alpha, layer.bias, out_dtype=x.dtype)
     else:
-        want = reference.gemm_w4a16(x, layer.weight_codes(), layer.weight_scale, alpha_w4a16, layer.bias)
+        want = reference.gemm_w4a16(x, layer.weight_codes(), layer.weight_scales(), alpha_w4a16, layer.bias)
     assert_matches(layer(x), want, f"{fmt} layer, w4a4={w4a4}")
 
 
@@ -929,7 +929,7 @@ def test_compressed_tensors_compressor_loads(tmp_path, gen):
         comp.decompress_model(model)  # compressed-tensors' own decompression: its weights, bf16
         for n in report.layers:
             ours, theirs = loaded.get_submodule(n), model.get_submodule(n)
-            w = reference.dequantize(ours.weight_codes(), ours.weight_scale) / ours.weight_global_scale.double()
+            w = reference.dequantize(ours.weight_codes(), ours.weight_scales()) / ours.weight_global_scale.double()
             assert_matches(w.to(BF16), theirs.weight.data, f"{n} weights", atol=0)
             if mode == "w4a4":
                 # activations exactly representable with its global scale (a power of two): its

@@ -26,7 +26,7 @@ def activations(shape, dtype, gen, device):
 
 def fake_quantized(layer, x):
     """The layer's numbers in float64 from its buffers: x_q @ W^T + bias, rounded to x's dtype."""
-    w = reference.dequantize(layer.weight_codes(), layer.weight_scale) * layer.weight_scale_2.double()
+    w = reference.dequantize(layer.weight_codes(), layer.weight_scales()) * layer.weight_scale_2.double()
     x2 = x.reshape(-1, layer.in_features)
     if layer.mode == "w4a4":
         codes, sf = reference.quantize(x2, global_scale=1.0 / layer.input_scale)

@@ -215,6 +215,55 @@ def test_pairs_cuda_graph(gen):
                    slack=w4a16_slack(x, b.data, b.sf))
 
 
+def test_layer_laid_out_by_tile(device, gen):
+    """A w4a16 bf16 NVFP4Linear of N % 128 == 0 on a GPU holds its weight repacked and laid out by tile with its
+    scales (here forced on the CPU too): loading, state_dict, the codes' and scales' accessors, sharding, fp16 x
+    and moves see the checkpoint's tensors, and its outputs are bit for bit those of the repacked layout."""
+    from helpers import random_layer
+
+    def tiled(layer):
+        if device == "cpu":
+            layer._relayout(to_int32=True, to_tiles=True)
+        assert layer.weight.dim() == 4 and layer.weight.dtype == torch.int32 and layer.weight_scale.dim() == 4
+        return layer
+
+    src = random_layer(256, 192, True, "w4a16", gen)
+    codes, scales = src.weight, src.weight_scale
+    layer = tiled(nk.nn.NVFP4Linear(192, 256, True, mode="w4a16", device=device))
+    layer.load_state_dict(src.state_dict())
+    flat = nk.nn.NVFP4Linear(192, 256, True, mode="w4a16", device=device)
+    flat.load_state_dict(src.state_dict())
+    flat._relayout(to_int32=True, to_tiles=False)
+    assert layer.weight.dim() == 4 and flat.weight.dim() == 2
+    assert torch.equal(layer.weight_codes().cpu(), codes)
+    assert torch.equal(layer.weight_scales().cpu().view(torch.uint8), scales.view(torch.uint8))
+    sd = layer.state_dict()
+    assert torch.equal(sd["weight"].cpu(), codes) and torch.equal(sd["weight_scale"].cpu().view(torch.uint8),
+                                                                 scales.view(torch.uint8))
+    x = activations((2, 5, 192), torch.bfloat16, gen, device)
+    assert torch.equal(layer(x).view(torch.int16), flat(x).view(torch.int16))
+    other = random_layer(256, 192, True, "w4a16", gen)  # set_weight_*: in place, in the layer's layout
+    layer.set_weight_codes(other.weight.to(device))
+    layer.set_weight_scales(other.weight_scale.to(device))
+    flat.set_weight_codes(other.weight.to(device))
+    flat.set_weight_scales(other.weight_scale.to(device))
+    assert layer.weight.dim() == 4 and torch.equal(layer.weight_codes().cpu(), other.weight)
+    assert torch.equal(layer(x).view(torch.int16), flat(x).view(torch.int16))
+    for dim in (0, 1):
+        part, want = nk.nn.shard(layer, 1, 2, dim=dim), nk.nn.shard(flat, 1, 2, dim=dim)
+        assert torch.equal(part.weight_codes(), want.weight_codes()), dim
+        assert torch.equal(part.weight_scales().view(torch.uint8), want.weight_scales().view(torch.uint8)), dim
+        xr = x if dim == 0 else x[..., 96:]
+        assert torch.equal(part(xr).view(torch.int16), want(xr).view(torch.int16)), dim
+    built = nk.nn.NVFP4Linear.from_linear(torch.nn.Linear(192, 256, dtype=torch.bfloat16, device=device),
+                                          mode="w4a16")
+    assert (built.weight.dim() == 4) == (device == "cuda")
+    assert torch.equal(layer(x.half()).float(), flat(x.half()).float())  # fp16 x: the checkpoint's bytes
+    assert layer.weight.dim() == 2 and layer.weight.dtype == torch.uint8
+    back = tiled(layer.to(device)).to("cpu")
+    assert back.weight.dim() == 2 and back.weight.dtype == torch.uint8 and torch.equal(back.weight, other.weight)
+
+
 def test_layer_holds_repacked_weights(gen):
     """A w4a16 bf16 NVFP4Linear on a GPU keeps its weight repacked; state_dict, loading, sharding, moves and casts
     see the checkpoint's bytes, and its outputs are the reference's."""

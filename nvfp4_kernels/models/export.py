@@ -212,7 +212,7 @@ def _quantize_model(model, mode, exclude, calibration, fuse_shared_inputs):
                                 dtype=bias.dtype if bias is not None else w.dtype, device=w.device)
             codes, scales = ops.quantize(w, global_scale=ws2[name], convention="modelopt")
             layer.set_weight_codes(codes)
-            layer.weight_scale.copy_(scales)
+            layer.set_weight_scales(scales)
             layer.weight_scale_2.copy_(ws2[name])
             if mode == "w4a4":
                 layer.input_scale.copy_(in_scale[name])
