@@ -154,7 +154,7 @@ class _NVFP4Module(torch.nn.Module):
             if sf is not None:
                 self._buffers[sf_name].copy_(sf)
             return
-        old_codes, old_sf = self._checkpoint(name)
+        old_codes, old_sf = self._untiled(name, w, self._buffers[sf_name])  # words stay words: no repacking
         codes = old_codes if codes is None else codes.view(torch.uint8).to(w.device)
         sf = old_sf if sf is None else sf.to(device=w.device, dtype=old_sf.dtype)
         codes, sf = self._laid_out(name, codes, sf, w.dtype == torch.int32, True)
@@ -311,8 +311,9 @@ class NVFP4Linear(_NVFP4Module):
     def weight_scales(self) -> torch.Tensor:
         """The weight's scales as the checkpoint holds them: float8_e4m3fn [N, K/16] (a new tensor where they
         are laid out by tile)."""
-        sf = self._checkpoint("weight")[1]
-        return self.weight_scale if sf is None else sf
+        if self.weight.dim() != 4:
+            return self.weight_scale
+        return self._untiled("weight", self.weight, self.weight_scale)[1]
 
     def set_weight_codes(self, codes: torch.Tensor) -> None:
         """Copy checkpoint codes (uint8 or float4_e2m1fn_x2 [N, K/2]) into the weight, in its layout."""

@@ -820,7 +820,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, CTAS) w4a16_kernel_gemv(const __
   constexpr int64_t W_STEP = TILES ? 2 * GEMV_WARPS * NVFP4_TILE_STEP : GEMV_WARPS * GEMV_STEP / 2,
                     X_STEP = GEMV_WARPS * 2 * GEMV_STEP;
   static_assert(!TILES || GEMV_WARPS % 2 == 0, "a warp's steps by tile: whole runs of 4 tile steps");
-  const int64_t sf_step = TILES ? (int64_t)GEMV_WARPS / 2 * NVFP4_TILE_SF_GROUP
+  const int64_t sf_step = TILES ? nvfp4_operand_sf_offset(&p.b, k_blocks, 0, GEMV_WARPS * (GEMV_STEP / 16))
                                 : nvfp4_sf_offset(p.b.sf_layout, 0, k_blocks, 0, GEMV_WARPS * (GEMV_STEP / 16));
 
   auto load_w = [&](GemvWeights<MW> &s, int i) {
