@@ -137,6 +137,28 @@ def test_dense_by_tile(device, gen, m, n, k):
         assert name == (flat[:-1] + " laid out by tile)" if flat.startswith("w4a16") else flat), (name, flat)
 
 
+@pytest.mark.parametrize("m", [9, 16])
+def test_dense_by_tile_rows_9_to_16(device, gen, m):
+    """9 to 16 rows of many weight rows laid out by tile take the 16-row tiles, not the GEMV (w4a16.cu's config_of):
+    the exact reference, a gemm and a dual."""
+    n, k = 16384, 256
+    b, b2 = (random_operand(None, n, k, gen=gen, device=device) for _ in range(2))
+    (t, ts), (t2, ts2) = tiled(b), tiled(b2)
+    x = activations((m, k), torch.bfloat16, gen, device)
+    bias = bias_of(n, torch.float32, gen, device)
+    if device == "cuda" and not FORCED:
+        for name in (nk.kernel_name("gemm_w4a16", x, t, ts), nk.kernel_name("dual_gemm_w4a16", x, t, t2, ts, ts2)):
+            assert "16x64 tiles" in name and "GEMV" not in name, name
+    out = poisoned((m, n), device, torch.bfloat16)
+    nk.gemm_w4a16(x, t, ts, alpha=-1.5, bias=bias, out=out)
+    assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias, torch.bfloat16), f"by tile {m}x{n}x{k}",
+                   slack=w4a16_slack(x, b.data, b.sf, -1.5))
+    out = poisoned((m, n), device, torch.bfloat16)
+    nk.dual_gemm_w4a16(x, t, t2, ts, ts2, alpha1=0.5, alpha2=-2.0, out=out)
+    assert_matches(out, reference.dual_gemm_w4a16(x, b.data, b2.data, b.sf, b2.sf, 0.5, -2.0),
+                   f"dual by tile {m}x{n}x{k}", slack=w4a16_slack(x, b.data, b.sf, 0.5, b2.data, b2.sf, -2.0))
+
+
 def test_dense_by_tile_bad_arguments(device, gen):
     b = random_operand(None, 128, 256, gen=gen, device=device)
     t, ts = tiled(b)

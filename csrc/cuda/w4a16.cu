@@ -39,7 +39,8 @@
  * T = 8, H200: without its decode and mma gate/up takes 0.91x the time, down
  * 0.81x); laid out by tile the block reaches 0.71-0.72 of its SOL instead of
  * 0.63, and issue binds it (0.69 instructions a cycle per scheduler under
- * ncu; docs/PERF.md). The GEMV kernel (below) takes M <= 32 (a dual's M <= 16).
+ * ncu; docs/PERF.md). The GEMV kernel (below) takes M <= 32 (a dual's M <= 16; weights laid out by tile
+ * at 9-16 rows only where the 16-row tiles would split K more than 5 ways: config_of).
  *
  * Dataflow, per CTA = 128 threads = 4 warps, K step 64:
  *   tile: TM = 64 activation rows (16 where every M of the launch is <= 16;
@@ -1062,6 +1063,10 @@ int ctas_per_sm(const Config &c) {
  *   expert: at most 16 an expert on average): the n8 tiles past 16 would be
  *   neither read nor multiplied anyway, and the smaller step leaves room for
  *   a ring twice as deep;
+ * - weights laid out by tile, 9 to 16 rows: the 16-row tiles rather than the GEMV where their output tiles alone
+ *   fill a sixth of the CTA slots (split-K of at most 5; H200, a239c31, Llama-3 linears at M = 12, 16 by tile:
+ *   8B qkv 0.87-0.92x the GEMV's time, gate_up 0.81-0.85x, every 70B linear 0.71-0.96x; 8B o and down, split-K
+ *   8, 1.14-1.93x); at M <= 8 the GEMV (the tiles 0.91-1.86x its time, faster only for 8B gate_up);
  * - gemm: 64-column tiles (MW = 1) where the 128-column ones would not give
  *   every SM two CTAs (fast path only);
  * - where the tiles still do not fill the SMs' CTA slots (ctas_per_sm;
@@ -1085,6 +1090,12 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
     if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
   }
   const int sms = device_info().sms;
+  Config t = c; /* the tiled kernels */
+  if (!t.dual && t.fast && count_tiles(problems, count, t.tm, 128) < 2 * (int64_t)sms) t.mw = 1;
+  const int64_t tiles_t = count_tiles(problems, count, t.tm, tile_n(t)), slots_t = (int64_t)ctas_per_sm(t) * sms;
+  if (workspace && tiles_t > 0 && tiles_t < slots_t && min_steps != INT64_MAX)
+    t.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots_t / tiles_t, min_steps / 8}));
+  if (c.tiles && gemv_rows == 16 && 6 * tiles_t >= slots_t) gemv = false; /* the 16-row tiles, split-K <= 5 */
   if (gemv && c.fast) { /* as below; each warp of a split CTA at least 2 steps of 128 */
     c.gemv = true, c.tm = gemv_rows, c.mw = c.dual ? 2 : 1;
     const int64_t tiles = count_tiles(problems, count, c.tm, 16), slots = (int64_t)ctas_per_sm(c) * sms;
@@ -1098,11 +1109,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
     }
     return c;
   }
-  if (!c.dual && c.fast && count_tiles(problems, count, c.tm, 128) < 2 * (int64_t)sms) c.mw = 1;
-  const int64_t tiles = count_tiles(problems, count, c.tm, tile_n(c)), slots = (int64_t)ctas_per_sm(c) * sms;
-  if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
-    c.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots / tiles, min_steps / 8}));
-  return c;
+  return t;
 }
 
 /* The workspace of a split launch: the partials, then a ticket per tile. */
