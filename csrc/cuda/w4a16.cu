@@ -1063,10 +1063,11 @@ int ctas_per_sm(const Config &c) {
  *   expert: at most 16 an expert on average): the n8 tiles past 16 would be
  *   neither read nor multiplied anyway, and the smaller step leaves room for
  *   a ring twice as deep;
- * - weights laid out by tile, 9 to 16 rows: the 16-row tiles rather than the GEMV where their output tiles alone
- *   fill a sixth of the CTA slots (split-K of at most 5; H200, a239c31, Llama-3 linears at M = 12, 16 by tile:
- *   8B qkv 0.87-0.92x the GEMV's time, gate_up 0.81-0.85x, every 70B linear 0.71-0.96x; 8B o and down, split-K
- *   8, 1.14-1.93x); at M <= 8 the GEMV (the tiles 0.91-1.86x its time, faster only for 8B gate_up);
+ * - weights laid out by tile, 9 to 16 rows, the caller giving scratch: the 16-row tiles rather than the GEMV
+ *   where their output tiles alone fill a sixth of the CTA slots (split-K of at most 5; H200, a239c31, Llama-3
+ *   linears at M = 12, 16 by tile: 8B qkv 0.87-0.92x the GEMV's time, gate_up 0.81-0.85x, every 70B linear
+ *   0.71-0.96x; 8B o and down, split-K 8, 1.14-1.93x); at M <= 8 the GEMV (the tiles 0.91-1.86x its time,
+ *   faster only for 8B gate_up);
  * - gemm: 64-column tiles (MW = 1) where the 128-column ones would not give
  *   every SM two CTAs (fast path only);
  * - where the tiles still do not fill the SMs' CTA slots (ctas_per_sm;
@@ -1095,7 +1096,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
   const int64_t tiles_t = count_tiles(problems, count, t.tm, tile_n(t)), slots_t = (int64_t)ctas_per_sm(t) * sms;
   if (workspace && tiles_t > 0 && tiles_t < slots_t && min_steps != INT64_MAX)
     t.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots_t / tiles_t, min_steps / 8}));
-  if (c.tiles && gemv_rows == 16 && 6 * tiles_t >= slots_t) gemv = false; /* the 16-row tiles, split-K <= 5 */
+  if (workspace && c.tiles && gemv_rows == 16 && 6 * tiles_t >= slots_t) gemv = false; /* 16-row tiles, split <= 5 */
   if (gemv && c.fast) { /* as below; each warp of a split CTA at least 2 steps of 128 */
     c.gemv = true, c.tm = gemv_rows, c.mw = c.dual ? 2 : 1;
     const int64_t tiles = count_tiles(problems, count, c.tm, 16), slots = (int64_t)ctas_per_sm(c) * sms;
