@@ -126,7 +126,9 @@ typedef struct nvfp4_matmul {
  * (16-bit A, by expert; batch floats in the kernel's memory): W4A4, row r of
  * expert l is multiplied as the values of its quantization with global scale
  * a_global[l] (nvfp4_quantize.values, scale_offs = offs), the alphas carrying
- * 1 / a_global[l]; with a_index, a row outside A is NaN (as there). */
+ * 1 / a_global[l]; with a_index, a row outside A is NaN (as there). Not by
+ * expert (offs NULL, CUDA, where nvfp4_matmul_cuda_quantizes_in_kernel says):
+ * the rows quantized with global scale a_global[0] inside the kernel. */
 
 /* Quantization to NVFP4 (nvfp4_quantize_block in numerics.h, per 16 values):
  * x (rows x k float32 / float16 / bfloat16 values in batches, k contiguous,
@@ -304,6 +306,9 @@ nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4
  * values run faster on the current device (csrc/cuda/plan.cu says where);
  * 0: the codes. */
 int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, const nvfp4_matmul *codes);
+/* Whether the kernel quantizes p's rows itself (p: 16-bit A, a_global set, not by expert: W4A4 of one activation
+ * row on the dp4a GEMV), so that the caller launches no quantize kernel. */
+int nvfp4_matmul_cuda_quantizes_in_kernel(const nvfp4_matmul *p);
 
 /* Rows by token (a_index) or quantized first (a_global): 1 where the planned
  * kernel reads them as given (csrc/cuda/plan.cu); 0: the caller makes them

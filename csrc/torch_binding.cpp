@@ -619,6 +619,15 @@ bool quantizes_to_values(const nvfp4_matmul &p, const at::Device &device, bool b
   set_codes(codes, UNALLOCATED, UNALLOCATED, batched);
   return nvfp4_matmul_cuda_prefers_values(&p, &codes) != 0;
 }
+
+/* Whether the kernel quantizes p's activations itself with the global scale at `scale` (in the kernel's memory;
+ * planning reads none of it): then w4a4_run launches no quantize kernel. */
+bool quantizes_in_kernel(const nvfp4_matmul &p, const float *scale, const at::Device &device) {
+  c10::cuda::CUDAGuard guard(device);
+  nvfp4_matmul f = p;
+  f.a_global = scale;
+  return nvfp4_matmul_cuda_quantizes_in_kernel(&f) != 0;
+}
 #endif
 
 /* The W4A4 ops take the checkpoint's bytes, not weights repacked for bf16 (which only the W4A16 kernels read). */
@@ -654,6 +663,11 @@ Tensor w4a4_run(const char *op, const Tensor &x2, const Tensor &b1, const Tensor
   const bool batched = x2.dim() == 3;
   bool values = false;
 #ifdef NVFP4_WITH_CUDA
+  if (pr.device.is_cuda() && q.scale_ptr && quantizes_in_kernel(p, q.scale_ptr, pr.device)) {
+    p.a_global = q.scale_ptr; /* a global scale given as a tensor: the kernel quantizes x itself */
+    run({op}, &p, 1, pr.device);
+    return out;
+  }
   if (pr.device.is_cuda()) values = quantizes_to_values(p, pr.device, batched);
 #endif
   Tensor quantized, scales;  // alive until the problem's launch is queued
@@ -1205,7 +1219,11 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
                                dual ? &args[4] : nullptr, std::nullopt, false));
 #ifdef NVFP4_WITH_CUDA
     Problem &pr = prs[0];
-    if (w4a4 && pr.device.is_cuda() && !quantizes_to_values(pr.p, pr.device, xt.dim() == 3))
+    /* W4A4: as w4a4_run plans it for a global scale given as a tensor */
+    const float *scale = reinterpret_cast<const float *>(UNALLOCATED);
+    if (w4a4 && pr.device.is_cuda() && quantizes_in_kernel(pr.p, scale, pr.device))
+      pr.p.a_global = scale;
+    else if (w4a4 && pr.device.is_cuda() && !quantizes_to_values(pr.p, pr.device, xt.dim() == 3))
       set_codes(pr.p, UNALLOCATED, UNALLOCATED, xt.dim() == 3);
 #endif
   } else if (op == "grouped_mm" || op == "grouped_mm_gated") {

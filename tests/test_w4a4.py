@@ -105,11 +105,39 @@ def test_w4a4_routes(gen):
         assert name.startswith("w4a16") == values, (m, name)
         dual = nk.kernel_name("dual_gemm_w4a4", x, b1.data, b2.data, b1.sf, b2.sf)
         assert dual.startswith("w4a16") == values, (m, dual)
-        if not values:
+        if m == 1 and hopper:  # one row: the dp4a GEMV quantizes it itself (a global scale given as a tensor)
+            assert name == dual == "gemv_dp4a (roles swapped, x quantized in the kernel)", (name, dual)
+        elif not values:
             xq, sx = nk.quantize(x)
             assert name == nk.kernel_name("gemm", xq, b1.data, sx, b1.sf)
         assert_matches(nk.gemm_w4a4(x, b1.data, b1.sf, global_scale=0.5),
                        reference.gemm_w4a4(x, b1.data, b1.sf, 0.5), f"route of M = {m}")
+
+
+@pytest.mark.parametrize("k", [64, 4096, 28672])
+def test_w4a4_quantized_in_kernel(gen, k):
+    """One activation row per batch and a global scale given as a tensor: the dp4a GEMV quantizes the row itself
+    (no quantize launch); gemm and dual, fp16 and bf16 x, batched, a NaN block, K past one block a thread."""
+    if not torch.cuda.is_available() or not nk.WITH_CUDA:
+        pytest.skip("needs a CUDA device and the CUDA build")
+    b1, b2 = (random_operand(2, 136, k, gen=gen, device="cuda", layout=lay) for lay in ("linear", "blocked"))
+    for x_dtype in (torch.bfloat16, torch.float16):
+        x = activations((2, 1, k), x_dtype, gen, "cuda")
+        g = global_scale_of(x)
+        if not FORCED and torch.cuda.get_device_capability() == (9, 0):  # plan.cu: measured on Hopper
+            assert "x quantized in the kernel" in nk.kernel_name("gemm_w4a4", x, b1.data, b1.sf)
+        out = poisoned((2, 1, 136), "cuda", x_dtype)
+        nk.gemm_w4a4(x, b1.data, b1.sf, global_scale=g, alpha=-0.75, out=out)
+        for i in range(2):
+            assert_matches(out[i], reference.gemm_w4a4(x[i], b1.data[i], b1.sf[i], g, -0.75), f"K = {k} batch {i}")
+        got = nk.dual_gemm_w4a4(x[0], b1.data[0], b2.data[0], b1.sf[0], b2.sf[0], global_scale=g, alpha1=0.5,
+                                alpha2=-2.0)
+        assert_matches(got, reference.dual_gemm_w4a4(x[0], b1.data[0], b2.data[0], b1.sf[0], b2.sf[0], g, 0.5, -2.0),
+                       f"dual K = {k} {x_dtype}")
+    x = activations((1, k), torch.bfloat16, gen, "cuda")
+    x[0, k // 2] = float("nan")  # its block's scale is NaN: every output is NaN
+    got = nk.gemm_w4a4(x, b1.data[0], b1.sf[0], global_scale=torch.tensor([1.5], device="cuda"))
+    assert torch.isnan(got).all()
 
 
 def test_w4a4_cuda_graph(gen):

@@ -32,6 +32,15 @@
  * rows of A2, so one shuffle brings a row's two sums together; the vectors
  * are decoded once for both.
  *
+ * One vector quantized here (QX; plan.cu: W4A4 of one activation row whose
+ * global scale is in device memory): it comes as 16-bit values (p.a_type)
+ * and each 16 are quantized as the quantize kernel does (numerics.cuh's
+ * nvfp4_quantize_block_device) straight into the int8 planes and scales, in
+ * place of the codes' load and decode. CTAs of 1024 threads, one an SM, so
+ * that an SM quantizes the vector once (~20 instructions a value: ~0.3 us of
+ * its issue at K = 4096). The quantize launch it replaces cost more: Llama-3
+ * layers at M = 1 0.96x the time (H200, docs/PERF.md).
+ *
  * Runs (gemv_dp4a_can_run): gemv_streams (gemv.cuh), N <= 4, and the vectors
  * (N * K * 1.25 bytes) and the ring within the device's shared memory. LPR *
  * CPL divides K / 32, so a row is whole steps and the copy path has no bounds
@@ -51,26 +60,29 @@ namespace {
 constexpr int THREADS_1 = 256, WARPS_1 = THREADS_1 / 32, STAGES_1 = 6; /* NV = 1 */
 constexpr int STAGES_2 = 3;                                           /* NV = 1, CPL = 2 */
 constexpr int THREADS_NV = 512, STAGES_NV = 6;                        /* NV = 2..4 */
+/* x quantized in the kernel (QX): one CTA of 32 warps an SM, so that an SM quantizes the vector once */
+constexpr int THREADS_QX = 1024;
 
 /* CTA size and ring depth of a kernel of NV vectors and CPL 16-byte chunks of
  * A per lane and step (2: one vector, K % 128 == 0, rows for a full wave;
  * launch_shape). */
-template <int NV, int CPL = 1>
+template <int NV, int CPL = 1, bool QX = false>
 struct Cfg {
   static_assert(CPL == 1 || (CPL == 2 && NV == 1), "two chunks per lane: the GEMV of one vector");
-  static constexpr int THREADS = NV == 1 ? THREADS_1 : THREADS_NV;
+  static_assert(!QX || NV == 1, "x quantized in the kernel: one vector");
+  static constexpr int THREADS = QX ? THREADS_QX : NV == 1 ? THREADS_1 : THREADS_NV;
   static constexpr int WARPS = THREADS / 32;
   static constexpr int STAGES = NV > 1 ? STAGES_NV : CPL == 2 ? STAGES_2 : STAGES_1;
-  static constexpr int MIN_CTAS = NV == 1 ? 0 : 512 / THREADS; /* launch bounds: <= 128 registers */
+  static constexpr int MIN_CTAS = QX ? 1 : NV == 1 ? 0 : 512 / THREADS; /* launch bounds: <= 128 registers */
 };
 
 /* Vectors per launch: N (the gemm's columns) of 1 to GEMV_MAX_NV. */
 constexpr int GEMV_MAX_NV = 4;
 
 /* Shared-memory plan of one CTA of NV vectors. */
-template <int NV, int CPL = 1>
+template <int NV, int CPL = 1, bool QX = false>
 struct GemvSmem {
-  static constexpr int64_t nv = NV, THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
+  static constexpr int64_t nv = NV, THREADS = Cfg<NV, CPL, QX>::THREADS, STAGES = Cfg<NV, CPL, QX>::STAGES;
   int64_t b8, sb, ring_a, ring_s, table, part, total;
   __host__ __device__ explicit GemvSmem(int64_t k) {
     b8 = 0;                              // int8 2*b, [vector][step][CPL][2 halves][LPR lanes] x 16 bytes
@@ -139,15 +151,15 @@ __device__ __forceinline__ float dot16_s8(uint32_t lo0, uint32_t hi0, uint32_t l
  * p.b2 (A's shape and scale layout) too, result silu(A b) * (A2 b). The
  * epilogue's bias goes by row where bias_by_row (the roles swapped), else by
  * vector. */
-template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT>
-__global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
+template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT, bool QX>
+__global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::MIN_CTAS)
     gemv_dp4a_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride, bool bias_by_row) {
   static_assert(!DUAL || CPL == 1, "the dual streams one chunk per lane");
   static_assert(!SPLIT || NV == 1, "split rows: one vector");
-  constexpr int THREADS = Cfg<NV, CPL>::THREADS, STAGES = Cfg<NV, CPL>::STAGES;
+  constexpr int THREADS = Cfg<NV, CPL, QX>::THREADS, STAGES = Cfg<NV, CPL, QX>::STAGES;
   constexpr int SPAN = LPR * CPL;      // chunks of a row per step: CPL per lane, LPR apart
   extern __shared__ __align__(16) uint8_t smem[];
-  const GemvSmem<NV, CPL> plan(p.k);
+  const GemvSmem<NV, CPL, QX> plan(p.k);
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
   const float2 *sb = reinterpret_cast<const float2 *>(smem + plan.sb);
   float *const part = reinterpret_cast<float *>(smem + plan.part);
@@ -227,7 +239,7 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
 #pragma unroll
   for (int i = 0; i < EARLY; i++) {
     const int f = tid + i * THREADS, j = NV == 1 ? 0 : f / chunks;
-    if (f < b_chunks) early_b[i] = load_b(j, f - j * chunks);
+    if (!QX && f < b_chunks) early_b[i] = load_b(j, f - j * chunks);
   }
   NVFP4_TRACE_POINT(tid == 0, 7);
 #pragma unroll
@@ -256,12 +268,46 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
       sbw[j * vs + (st * CPL + cc) * LPR + qq] =
           make_float2(0.25f * nvfp4_e4m3_to_float(b.s0), 0.25f * nvfp4_e4m3_to_float(b.s1));
     };
+    if constexpr (QX) {
+      /* the vector as 16-bit values (p.a_type) with global scale *p.a_global: each 16 quantized as the quantize
+       * kernel does (numerics.cuh), its codes put in the planes as int8 2 * value, its scale / 4 */
+      const float gs = *p.a_global;
+      const uint8_t *x_row = p.b.data + l * p.b.batch_stride;
+      const bool bf16 = p.a_type == NVFP4_BF16;
+      for (int kb = tid; kb < k_blocks; kb += THREADS) {
+        float x[16];
+        const uint4 *src = reinterpret_cast<const uint4 *>(x_row + 32 * (int64_t)kb);
 #pragma unroll
-    for (int i = 0; i < EARLY; i++)
-      if (tid + i * THREADS < b_chunks) store_b(tid + i * THREADS, early_b[i]);
-    for (int f = tid + EARLY * THREADS; f < b_chunks; f += THREADS) {
-      const int j = NV == 1 ? 0 : f / chunks;
-      store_b(f, load_b(j, f - j * chunks));
+        for (int h = 0; h < 2; h++) {
+          const uint4 u = __ldg(src + h);
+          const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            x[8 * h + 2 * i] = bf16 ? __uint_as_float(wd[i] << 16) : __half2float(__ushort_as_half((unsigned short)wd[i]));
+            x[8 * h + 2 * i + 1] = bf16 ? __uint_as_float(wd[i] & 0xFFFF0000u)
+                                        : __half2float(__ushort_as_half((unsigned short)(wd[i] >> 16)));
+          }
+        }
+        uint8_t codes[8];
+        const uint32_t sf = nvfp4_quantize_block_device(x, gs, codes);
+        uint32_t w0, w1;
+        memcpy(&w0, codes, 4);
+        memcpy(&w1, codes + 4, 4);
+        uint4 v;
+        nvfp4_e2m1x8_to_s8x8(w0, v.x, v.y);
+        nvfp4_e2m1x8_to_s8x8(w1, v.z, v.w);
+        const int c = kb >> 1, h = kb & 1, cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
+        b8w[((st * CPL + cc) * 2 + h) * LPR + qq] = v;
+        reinterpret_cast<float *>(sbw + (st * CPL + cc) * LPR + qq)[h] = 0.25f * nvfp4_e4m3_to_float(sf);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < EARLY; i++)
+        if (tid + i * THREADS < b_chunks) store_b(tid + i * THREADS, early_b[i]);
+      for (int f = tid + EARLY * THREADS; f < b_chunks; f += THREADS) {
+        const int j = NV == 1 ? 0 : f / chunks;
+        store_b(f, load_b(j, f - j * chunks));
+      }
     }
     if (tid < 16) {  // table i at words 4i .. 4i + 3 (table 0 is NVFP4_E2M1_MAG_03)
       constexpr uint32_t t[4] = NVFP4_E2M1_S8_TABLES;
@@ -376,13 +422,13 @@ __global__ void __launch_bounds__(Cfg<NV, CPL>::THREADS, Cfg<NV, CPL>::MIN_CTAS)
 }
 
 /* The kernel as gemv_launch sees it (gemv.cuh). */
-template <int SFA, int LPR, int NV, bool DUAL, int CPL>
+template <int SFA, int LPR, int NV, bool DUAL, int CPL, bool QX = false>
 struct Dp4a {
-  static constexpr int THREADS = Cfg<NV, CPL>::THREADS, WARPS = Cfg<NV, CPL>::WARPS, VECTORS = NV;
+  static constexpr int THREADS = Cfg<NV, CPL, QX>::THREADS, WARPS = Cfg<NV, CPL, QX>::WARPS, VECTORS = NV;
   static constexpr bool CAN_SPLIT = NV == 1;
   template <bool SPLIT>
-  static constexpr auto kernel() { return gemv_dp4a_kernel<SFA, LPR, NV, DUAL, CPL, SPLIT>; }
-  static int64_t smem(int64_t k) { return GemvSmem<NV, CPL>(k).total; }
+  static constexpr auto kernel() { return gemv_dp4a_kernel<SFA, LPR, NV, DUAL, CPL, SPLIT, QX>; }
+  static int64_t smem(int64_t k) { return GemvSmem<NV, CPL, QX>(k).total; }
   static int64_t sets(int64_t m) { return RowSets<SFA, LPR, DUAL>::count(m); }
   static int steps(int64_t k) { return (int)(k / 32 / (LPR * CPL)); }
 };
@@ -406,12 +452,12 @@ struct Dp4a {
  * slower on an H200 (7168 x 16384: 36 vs 19 us with one vector): each
  * 16-byte copy instruction then touches half of every 32-byte sector,
  * doubling the L2 requests. */
-template <int SFA, int NV, bool DUAL = false>
+template <int SFA, int NV, bool DUAL = false, bool QX = false>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   switch ((p.k / 32) % 8 == 0 ? 8 : (p.k / 32) % 4 == 0 ? 4 : 2) {
-    case 8: return gemv_launch<Dp4a<SFA, 8, NV, DUAL, 1>>(p, c_vec_stride, bias_by_row, stream);
-    case 4: return gemv_launch<Dp4a<SFA, 4, NV, DUAL, 1>>(p, c_vec_stride, bias_by_row, stream);
-    default: return gemv_launch<Dp4a<SFA, 2, NV, DUAL, 1>>(p, c_vec_stride, bias_by_row, stream);
+    case 8: return gemv_launch<Dp4a<SFA, 8, NV, DUAL, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
+    case 4: return gemv_launch<Dp4a<SFA, 4, NV, DUAL, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
+    default: return gemv_launch<Dp4a<SFA, 2, NV, DUAL, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
   }
 }
 
@@ -423,12 +469,12 @@ cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bia
  * warp's few items are latency-bound and the 3-deep ring holds fewer bytes
  * in flight per thread than the 6-deep one (64 against 80): 512 x 7168 3.6
  * -> 4.5 us, 1000 x 7168 3.8 -> 4.6, so one chunk there. */
-template <int SFA, int CPL>
+template <int SFA, int CPL, bool QX = false>
 cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   const int64_t chunks = p.k / 32 / CPL; /* a lane's steps of a row, times LPR */
   if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
       2 * RowSets<SFA, 8>::count(p.m) * p.batch >= (int64_t)WARPS_1 * device_info().sms)
-    return gemv_launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
+    return gemv_launch<Dp4a<SFA, 8, 1, false, CPL, QX>>(p, c_vec_stride, bias_by_row, stream);
   // (a full wave: 4 CTAs of 8 warps per SM)
   const int64_t warps = (int64_t)device_info().sms * 4 * WARPS_1;
   auto sets = [&](int lpr) {  // row sets of the launch at lpr = 32, 16 or 8 lanes per row
@@ -440,11 +486,11 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_b
   if (lpr == 32 && sets(32) > warps && sets(16) <= warps) lpr = 16;
   while (lpr > 8 && chunks / lpr < 6 && sets(lpr / 2) >= warps) lpr /= 2;
   switch (lpr) {
-    case 32: return gemv_launch<Dp4a<SFA, 32, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
-    case 16: return gemv_launch<Dp4a<SFA, 16, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
-    case 8: return gemv_launch<Dp4a<SFA, 8, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
-    case 4: return gemv_launch<Dp4a<SFA, 4, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
-    default: return gemv_launch<Dp4a<SFA, 2, 1, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
+    case 32: return gemv_launch<Dp4a<SFA, 32, 1, false, CPL, QX>>(p, c_vec_stride, bias_by_row, stream);
+    case 16: return gemv_launch<Dp4a<SFA, 16, 1, false, CPL, QX>>(p, c_vec_stride, bias_by_row, stream);
+    case 8: return gemv_launch<Dp4a<SFA, 8, 1, false, CPL, QX>>(p, c_vec_stride, bias_by_row, stream);
+    case 4: return gemv_launch<Dp4a<SFA, 4, 1, false, CPL, QX>>(p, c_vec_stride, bias_by_row, stream);
+    default: return gemv_launch<Dp4a<SFA, 2, 1, false, CPL, QX>>(p, c_vec_stride, bias_by_row, stream);
   }
 }
 
@@ -456,6 +502,12 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_
    * lanes of one row need 10; with 4 vectors that would be ~40 wavefronts per
    * 512 bytes of A, more than the SM can serve at the DRAM rate. The dual
    * takes the same path for any vector count: a warp holds both halves. */
+  if (p.a_global) { /* x quantized in the kernel (gemv_dp4a_can_run: one vector) */
+    if (p.b2.data) return launch_vectors<SFA, 1, true, true>(p, c_vec_stride, bias_by_row, stream);
+    const bool two = p.k % 128 == 0 && p.m * p.batch >= (int64_t)device_info().sms * 4 * WARPS_1;
+    return two ? launch_rows<SFA, 2, true>(p, c_vec_stride, bias_by_row, stream)
+               : launch_rows<SFA, 1, true>(p, c_vec_stride, bias_by_row, stream);
+  }
   if (p.b2.data) switch (p.n) {
       case 1: return launch_vectors<SFA, 1, true>(p, c_vec_stride, bias_by_row, stream);
       case 2: return launch_vectors<SFA, 2, true>(p, c_vec_stride, bias_by_row, stream);
@@ -481,6 +533,10 @@ NVFP4_TRACE_ATTACH(gemv_dp4a)
  * launch may take (one vector: one or two chunks per lane). */
 bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (!gemv_streams(p) || p.n > GEMV_MAX_NV) return false;
+  if (p.a_global) /* the vector as 16-bit values (a_type), quantized in the kernel: one, its rows 16-byte aligned */
+    return p.n == 1 && p.a_type != NVFP4_E2M1 && !p.offs &&
+           std::max(GemvSmem<1, 1, true>(p.k).total, GemvSmem<1, 2, true>(p.k).total) <= dev.smem_optin;
+  if (p.a_type != NVFP4_E2M1) return false;
   const int64_t smem = p.n == 1 ? std::max(GemvSmem<1>(p.k).total, GemvSmem<1, 2>(p.k).total)
                        : p.n == 2 ? GemvSmem<2>(p.k).total
                        : p.n == 3 ? GemvSmem<3>(p.k).total : GemvSmem<4>(p.k).total;

@@ -21,7 +21,10 @@
  *
  * A W4A4 call whose activations come unquantized (the gemm_w4a4 ops) is
  * quantized either to codes or to the values they stand for (a W4A16
- * problem): nvfp4_matmul_cuda_prefers_values picks by values_pay.
+ * problem): nvfp4_matmul_cuda_prefers_values picks by values_pay. One row
+ * (per batch) with its global scale in device memory is quantized by the dp4a
+ * GEMV itself on Hopper (nvfp4_matmul_cuda_quantizes_in_kernel): no quantize
+ * launch.
  *
  * Problems whose activations are 16-bit values (W4A16, a_type), rows grouped
  * by expert (offs) among them, go to the wgmma kernel (Hopper, from 17 rows;
@@ -151,7 +154,7 @@ constexpr Rule RULES[] = {
 bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_stride) {
   q = p;
   c_vec_stride = 1;
-  if (view == View::VECTORS) return !p.b2.data;
+  if (view == View::VECTORS) return !p.b2.data && !p.a_global; /* A quantized in the kernel: only as the vectors */
   if (view == View::SWAPPED) {
     if (p.m > 8) return false;
     q.m = p.n, q.n = p.m;
@@ -164,6 +167,8 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
 
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
+  /* dense rows quantized in the kernel (a_global, no offs): the dp4a GEMV of one vector, x as that vector */
+  if (p.a_global && !p.offs) return k == Kernel::GEMV_DP4A && gemv_dp4a_can_run(p, dev);
   if (k == Kernel::W4A16 ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false; /* W4A16: w4a16.cu, or wgmma */
   /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma; rows by token (a_index) too, wgmma through
    * its pre-pass only (matmul_sm90_can_run; else nvfp4_matmul_cuda_reads_rows); rows quantized first (a_global)
@@ -283,7 +288,8 @@ bool valid(const nvfp4_matmul *problems, int count) {
     if (!empty(p) && !(p.a.data && p.b.data && (p.a.sf || !fp4) && p.b.sf && p.c && (!p.b2.data || p.b2.sf)))
       return false;
     if (p.offs && (count > 1 || p.a.batch_stride || p.c_batch_stride || p.bias)) return false;
-    if ((p.a_index || p.a_global) && (!p.offs || fp4 || p.a_rows < 0)) return false; /* 16-bit rows by expert */
+    if (p.a_index && (!p.offs || fp4 || p.a_rows < 0)) return false; /* 16-bit rows by expert */
+    if (p.a_global && (fp4 || p.a_rows < 0)) return false;            /* 16-bit rows, by expert or dense */
     if (!tiles_ok(p)) return false;
   }
   return true;
@@ -343,6 +349,21 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
   return values_pay(p, c.kernel, c.view, v.kernel, dev);
 }
 
+extern "C" int nvfp4_matmul_cuda_quantizes_in_kernel(const nvfp4_matmul *p) {
+  /* p: 16-bit A, a_global set, not by expert; the caller validated the rest */
+  if (p->k <= 0 || p->k % 16 || p->m < 0 || p->n < 0 || p->batch < 0 || p->a_type == NVFP4_E2M1 || p->offs ||
+      !p->a_global)
+    return 0;
+  const Forced &f = forced(); /* tests: another kernel forced takes the quantized codes */
+  if (f.kernel != Kernel::NONE && f.kernel != Kernel::GEMV_DP4A) return 0;
+  /* Hopper, where measured (H200, 2026-12-02, 477edb0, against the quantize kernel before the GEMV, one build,
+   * 2 rounds; Llama-3 layers at M = 1): 8B qkv 0.96x the time, o 1.02x, gate_up 0.95x, down 0.97x; 70B qkv 0.96x,
+   * o 0.99x, gate_up 0.98x, down 0.92x; the layer 0.96x both */
+  const DeviceInfo &dev = device_info();
+  if (dev.major != 9 || dev.minor != 0) return 0;
+  return plan_call(p, 1, dev).kernel == Kernel::GEMV_DP4A;
+}
+
 /* Rows by token (a_index) are read in place by w4a16.cu's tiles (MoE blocks at T = 8, 64: 0.96-1.00x the time
  * of gathered rows, one launch fewer) and gathered by the wgmma kernel's pre-pass where it has one
  * (expert_predecodes), which also quantizes rows (a_global); where the plan is the wgmma kernel otherwise, the
@@ -371,7 +392,8 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems,
   if (plan.kernel == Kernel::WGMMA) matmul_sm90_describe(problems, n, plan.option, true, what, sizeof what);
   if (plan.kernel == Kernel::MMA) matmul_mma_describe(problems, n, plan.option, what, sizeof what);
   if (plan.kernel == Kernel::W4A16) w4a16_describe(problems, n, true, what, sizeof what);
-  if (plan.view == View::SWAPPED) std::snprintf(what, sizeof what, "roles swapped");
+  if (plan.view == View::SWAPPED)
+    std::snprintf(what, sizeof what, plan.seen.a_global ? "roles swapped, x quantized in the kernel" : "roles swapped");
   std::snprintf(buf, len, what[0] ? "%s (%s)" : "%s", KERNEL_NAMES[(int)plan.kernel], what);
   return NVFP4_OK;
 }
