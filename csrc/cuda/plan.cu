@@ -356,7 +356,7 @@ extern "C" int nvfp4_matmul_cuda_quantizes_in_kernel(const nvfp4_matmul *p) {
     return 0;
   const Forced &f = forced(); /* tests: another kernel forced takes the quantized codes */
   if (f.kernel != Kernel::NONE && f.kernel != Kernel::GEMV_DP4A) return 0;
-  /* Hopper, where measured (H200, 2026-12-02, 477edb0, against the quantize kernel before the GEMV, one build,
+  /* Hopper, where measured (H200, 2026-12-02, e620273, against the quantize kernel before the GEMV, one build,
    * 2 rounds; Llama-3 layers at M = 1): 8B qkv 0.96x the time, o 1.02x, gate_up 0.95x, down 0.97x; 70B qkv 0.96x,
    * o 0.99x, gate_up 0.98x, down 0.92x; the layer 0.96x both */
   const DeviceInfo &dev = device_info();
