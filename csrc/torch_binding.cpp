@@ -226,6 +226,9 @@ void set_scalar(const OpName &op, const char *name, const Tensor &t, const at::D
   }
 }
 
+/* K's runs of 4 K steps of 64 in a tile (the third dim of weights laid out by tile). */
+int64_t tile_groups(int64_t K) { return (K + 4 * 64 - 1) / (4 * 64); }
+
 /* Scales w_sf of weights w laid out by tile (layouts.to_expert_tiles, nvfp4.h): [E, tiles, ceil(K/256) = groups,
  * 2048], w [E, tiles, groups, 16384 bytes] (as bytes), both contiguous within each tile. */
 void check_tile_scales(const OpName &op, const char *name, const char *sf_name, const Arg &w, const Arg &w_sf,
@@ -260,7 +263,7 @@ nvfp4_operand tile_operand(const Arg &w, const Arg &w_sf, int place, int tile_ro
  * weights repacked for bf16, int32 [1, N/128, ceil(K/256), 4096]) and their scales, checked. */
 nvfp4_operand dense_tiles(const OpName &op, const char *name, const char *sf_name, const Arg &w, const Arg &w_sf,
                           int64_t K) {
-  const int64_t groups = (K + 4 * 64 - 1) / (4 * 64);
+  const int64_t groups = tile_groups(K);
   TORCH_CHECK_VALUE(w.size(0) == 1 && w.size(2) == groups && w.size(3) == 4 * NVFP4_TILE_STEP, op, ": ", name,
                     " laid out by tile must be [1, N/128, ceil(K/256)=", groups, ", ", NVFP4_TILE_STEP,
                     "] int32 words for x's K=", K, ", got (as bytes) ", w.sizes());
@@ -839,7 +842,7 @@ Problem make_grouped(const OpName &op, const Tensor &x, const Tensor &w, const T
                       " but x is on ", x.device());
     TORCH_CHECK_VALUE(X > 0 || T == 0, op, ": row_index has ", T, " rows but x has none to index");
   }
-  const int64_t groups = (K + 4 * 64 - 1) / (4 * 64); /* a tile's runs of 4 K steps */
+  const int64_t groups = tile_groups(K);
   TORCH_CHECK_VALUE(tiled || 2 * w_.size(2) == K, op, ": w ", pairs ? "(int32 words) has K/8=" : "has K/2=",
                     w.size(2), " but x has K=", K);
   TORCH_CHECK_VALUE(!tiled || (w_.size(2) == groups && w_.size(3) == 4 * NVFP4_TILE_STEP), op,

@@ -276,18 +276,9 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
       const bool bf16 = p.a_type == NVFP4_BF16;
       for (int kb = tid; kb < k_blocks; kb += THREADS) {
         float x[16];
-        const uint4 *src = reinterpret_cast<const uint4 *>(x_row + 32 * (int64_t)kb);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const uint4 u = __ldg(src + h);
-          const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-          for (int i = 0; i < 4; i++) {
-            x[8 * h + 2 * i] = bf16 ? __uint_as_float(wd[i] << 16) : __half2float(__ushort_as_half((unsigned short)wd[i]));
-            x[8 * h + 2 * i + 1] = bf16 ? __uint_as_float(wd[i] & 0xFFFF0000u)
-                                        : __half2float(__ushort_as_half((unsigned short)(wd[i] >> 16)));
-          }
-        }
+        const uint8_t *src = x_row + 32 * (int64_t)kb;
+        if (bf16) load16<__nv_bfloat16, true>(reinterpret_cast<const __nv_bfloat16 *>(src), x);
+        else load16<__half, true>(reinterpret_cast<const __half *>(src), x);
         uint8_t codes[8];
         const uint32_t sf = nvfp4_quantize_block_device(x, gs, codes);
         uint32_t w0, w1;

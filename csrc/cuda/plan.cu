@@ -350,8 +350,9 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
 }
 
 extern "C" int nvfp4_matmul_cuda_quantizes_in_kernel(const nvfp4_matmul *p) {
-  /* p: 16-bit A, a_global set, not by expert; the caller validated the rest */
-  if (p->k <= 0 || p->k % 16 || p->m < 0 || p->n < 0 || p->batch < 0 || p->a_type == NVFP4_E2M1 || p->offs ||
+  /* p: 16-bit A, a_global set, not by expert; the caller validated the rest. One row only (gemv_dp4a_can_run):
+   * no planning for the others */
+  if (p->k <= 0 || p->k % 16 || p->m != 1 || p->n < 0 || p->batch < 0 || p->a_type == NVFP4_E2M1 || p->offs ||
       !p->a_global)
     return 0;
   const Forced &f = forced(); /* tests: another kernel forced takes the quantized codes */

@@ -1074,6 +1074,17 @@ int ctas_per_sm(const Config &c) {
  *   `workspace`: the caller gives scratch), the CTAs of a tile share its K,
  *   each at least 8 steps of 64: a small M streams its weights through every
  *   SM. */
+/* c as the tiled kernels (not the GEMV) run it, and their tiles and CTA slots. */
+Config tile_config(Config c, const nvfp4_matmul *problems, int count, bool workspace, int64_t min_steps,
+                   int64_t &tiles, int64_t &slots) {
+  const int sms = device_info().sms;
+  if (!c.dual && c.fast && count_tiles(problems, count, c.tm, 128) < 2 * (int64_t)sms) c.mw = 1;
+  tiles = count_tiles(problems, count, c.tm, tile_n(c)), slots = (int64_t)ctas_per_sm(c) * sms;
+  if (workspace && tiles > 0 && tiles < slots && min_steps != INT64_MAX)
+    c.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots / tiles, min_steps / 8}));
+  return c;
+}
+
 Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
   Config c{problems[0].b2.data != nullptr, problems[0].a_type == NVFP4_BF16,
            problems[0].b.codes == NVFP4_CODES_BF16_PAIRS, true, false, 2, 16, 1};
@@ -1090,13 +1101,12 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
     if (p.m > 8) gemv_rows = std::max(gemv_rows, p.m > 16 ? 32 : 16);
     if (p.m && p.n && p.batch) min_steps = std::min<int64_t>(min_steps, (p.k + KSTEP - 1) / KSTEP);
   }
+  int64_t tiles_t, slots_t;
+  if (gemv && c.fast && workspace && c.tiles && gemv_rows == 16) { /* the 16-row tiles where they split K <= 5 ways */
+    const Config t = tile_config(c, problems, count, workspace, min_steps, tiles_t, slots_t);
+    if (6 * tiles_t >= slots_t) return t;
+  }
   const int sms = device_info().sms;
-  Config t = c; /* the tiled kernels */
-  if (!t.dual && t.fast && count_tiles(problems, count, t.tm, 128) < 2 * (int64_t)sms) t.mw = 1;
-  const int64_t tiles_t = count_tiles(problems, count, t.tm, tile_n(t)), slots_t = (int64_t)ctas_per_sm(t) * sms;
-  if (workspace && tiles_t > 0 && tiles_t < slots_t && min_steps != INT64_MAX)
-    t.split = (int)std::max<int64_t>(1, std::min<int64_t>({MAX_SPLIT, slots_t / tiles_t, min_steps / 8}));
-  if (workspace && c.tiles && gemv_rows == 16 && 6 * tiles_t >= slots_t) gemv = false; /* 16-row tiles, split <= 5 */
   if (gemv && c.fast) { /* as below; each warp of a split CTA at least 2 steps of 128 */
     c.gemv = true, c.tm = gemv_rows, c.mw = c.dual ? 2 : 1;
     const int64_t tiles = count_tiles(problems, count, c.tm, 16), slots = (int64_t)ctas_per_sm(c) * sms;
@@ -1110,7 +1120,7 @@ Config config_of(const nvfp4_matmul *problems, int count, bool workspace) {
     }
     return c;
   }
-  return t;
+  return tile_config(c, problems, count, workspace, min_steps, tiles_t, slots_t);
 }
 
 /* The workspace of a split launch: the partials, then a ticket per tile. */
