@@ -1,7 +1,7 @@
 """The linear layers of real models, NVFP4 (W4A4 and W4A16) against bf16, at every token count.
 
-    python -m benchmarks.bench_models [--model 8b 70b] [--m 1,16,256] [--mode w4a4 w4a16 w4a16p w4a16t] [--json F]
-        [--png F]
+    python -m benchmarks.bench_models [--model 8b 70b qwen2.5-7b qwen3-8b qwen3-32b] [--m 1,16,256]
+        [--mode w4a4 w4a16 w4a16p w4a16t] [--json F] [--png F]
 
 Per model, the four linears of one decoder layer: qkv, o, gate+up (one dual gemm: silu(x Wg^T) *
 (x Wu^T)) and down. W4A4 runs as a model runs it: gemm_w4a4, the activations' quantization and the
@@ -27,13 +27,21 @@ import nvfp4_kernels as nk
 
 from .common import graph_time, measure_ceilings, pyplot
 
-# (name, N, K, dual): N of each half for the dual
+# (name, N, K, dual): N of each half for the dual. 8b and 70b are Llama-3.1's (Mistral-7B's are 8b's).
 MODELS = {
     "8b": [("qkv", 6144, 4096, False), ("o", 4096, 4096, False), ("gate_up", 14336, 4096, True),
            ("down", 4096, 14336, False)],
     "70b": [("qkv", 10240, 8192, False), ("o", 8192, 8192, False), ("gate_up", 28672, 8192, True),
             ("down", 8192, 28672, False)],
+    "qwen2.5-7b": [("qkv", 4608, 3584, False), ("o", 3584, 3584, False), ("gate_up", 18944, 3584, True),
+                   ("down", 3584, 18944, False)],
+    "qwen3-8b": [("qkv", 6144, 4096, False), ("o", 4096, 4096, False), ("gate_up", 12288, 4096, True),
+                 ("down", 4096, 12288, False)],
+    "qwen3-32b": [("qkv", 10240, 5120, False), ("o", 5120, 8192, False), ("gate_up", 25600, 5120, True),
+                  ("down", 5120, 25600, False)],
 }
+TITLES = {"8b": "Llama-3.1-8B", "70b": "Llama-3.1-70B", "qwen2.5-7b": "Qwen2.5-7B", "qwen3-8b": "Qwen3-8B",
+          "qwen3-32b": "Qwen3-32B"}
 TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 L2_BYTES = 4 * 60 * 2**20  # weights walked per chain: several times an H100 / H200 L2
 
@@ -154,7 +162,7 @@ def run(models, tokens, modes, json_path=None, png_path=None):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens M")
             ax.set_ylabel("speedup over bf16 F.linear")
-            ax.set_title(f"Llama-3.1-{model.upper()} linears, {ceil.device}")
+            ax.set_title(f"{TITLES[model]} linears, {ceil.device}")
             ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(png_path, dpi=120)
@@ -164,7 +172,7 @@ def run(models, tokens, modes, json_path=None, png_path=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", nargs="+", choices=list(MODELS), default=list(MODELS))
+    ap.add_argument("--model", nargs="+", choices=list(MODELS), default=["8b", "70b"])
     ap.add_argument("--m", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
     ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a16", "w4a16p", "w4a16t"),
                     default=["w4a4", "w4a16", "w4a16p"])
