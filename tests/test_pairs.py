@@ -10,7 +10,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches
-from helpers import FORCED, w4a16_slack
+from helpers import FORCED, w4a16_slack, wgmma_built
 from test_epilogue import activations, bias_of, poisoned
 
 MASK32 = 0xFFFFFFFF
@@ -137,18 +137,32 @@ def test_dense_by_tile(device, gen, m, n, k):
         assert name == (flat[:-1] + " laid out by tile)" if flat.startswith("w4a16") else flat), (name, flat)
 
 
+def by_tile_route(m, n, k, dual=False):
+    """The kernel name of m rows against n x k weights laid out by tile (no data: zeros)."""
+    codes = nk.pack_bf16_pairs(torch.zeros(n, k // 2, dtype=torch.uint8, device="cuda"))
+    b = nk.layouts.to_expert_tiles(codes[None], torch.zeros(1, n, k // 16, dtype=torch.float8_e4m3fn, device="cuda"))
+    x = torch.zeros(m, k, dtype=torch.bfloat16, device="cuda")
+    return nk.kernel_name("dual_gemm_w4a16", x, b[0], b[0], b[1], b[1]) if dual else nk.kernel_name("gemm_w4a16", x, *b)
+
+
 @pytest.mark.parametrize("m", [9, 16])
 def test_dense_by_tile_rows_9_to_16(device, gen, m):
-    """9 to 16 rows of many weight rows laid out by tile take the 16-row tiles, not the GEMV (w4a16.cu's config_of):
-    the exact reference, a gemm and a dual."""
+    """9 to 16 rows of weights laid out by tile (plan.cu by_tile_wgmma_pays, w4a16.cu config_of): w4a16.cu's 16-row
+    tiles where each CTA takes a long share of K, else on Hopper the wgmma kernel's 32-row tile; the GEMV where it
+    fills its CTA slots. The exact reference on a short K (a gemm and a dual)."""
     n, k = 16384, 256
     b, b2 = (random_operand(None, n, k, gen=gen, device=device) for _ in range(2))
     (t, ts), (t2, ts2) = tiled(b), tiled(b2)
     x = activations((m, k), torch.bfloat16, gen, device)
     bias = bias_of(n, torch.float32, gen, device)
     if device == "cuda" and not FORCED:
-        for name in (nk.kernel_name("gemm_w4a16", x, t, ts), nk.kernel_name("dual_gemm_w4a16", x, t, t2, ts, ts2)):
-            assert "16x64 tiles" in name and "GEMV" not in name, name
+        for dual in (False, True):
+            assert "16x64 tiles" in by_tile_route(m, n, 8192, dual), (m, dual)  # 2731 or more K a CTA
+            name = by_tile_route(m, n, k, dual)  # split K, 256 a CTA
+            assert name.startswith("wgmma") if wgmma_built() else "16x64 tiles" in name, (name, dual)
+        if wgmma_built() and torch.cuda.get_device_properties(0).multi_processor_count == 132:  # H100 SXM, H200
+            assert "GEMV" in by_tile_route(m, 4096, 8192)  # 256 GEMV CTAs for 264 slots
+            assert by_tile_route(m, 5120, 8192).startswith("wgmma")  # 320: a second wave
     out = poisoned((m, n), device, torch.bfloat16)
     nk.gemm_w4a16(x, t, ts, alpha=-1.5, bias=bias, out=out)
     assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias, torch.bfloat16), f"by tile {m}x{n}x{k}",

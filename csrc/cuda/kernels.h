@@ -26,6 +26,13 @@ bool w4a16_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
 cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, nvfp4_workspace_fn ws, void *ctx,
                          cudaStream_t stream);
 void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, char *what, size_t len);
+/* How w4a16.cu runs p alone, given scratch: GEMV or tiles, its CTAs, the CTA
+ * slots of one wave, and the K values each CTA takes (the planner's measure). */
+struct W4A16Launch {
+  bool gemv;
+  int64_t ctas, slots, cta_k;
+};
+W4A16Launch w4a16_launch_of(const nvfp4_matmul &p);
 
 bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
 cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);

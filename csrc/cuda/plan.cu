@@ -28,8 +28,9 @@
  *
  * Problems whose activations are 16-bit values (W4A16, a_type), rows grouped
  * by expert (offs) among them, go to the wgmma kernel (Hopper, from 17 rows;
- * by expert from 16 an expert) or the w4a16 kernel; the other kernels take
- * NVFP4 activations only.
+ * 9 to 16 of weights laid out by tile where w4a16.cu would leave SMs idle; by
+ * expert from 16 an expert) or the w4a16 kernel; the other kernels take NVFP4
+ * activations only.
  *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
  * (read once): it takes every call it can run, the table the rest.
@@ -89,9 +90,29 @@ bool hopper_wide_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
 
 bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
 
+/* 9 to 16 rows of weights laid out by tile (as NVFP4Linear holds them), dense: the wgmma kernel's 32-row tile
+ * (its step costs the same as at 16 rows) where w4a16.cu would leave SMs idle. Its GEMV where its CTAs fill 0.75 to
+ * 0.9 of one wave's slots or trail past a wave under 0.9 of their waves'; its 16-row tiles where split K gives each
+ * CTA at most 2048 values. H200, 2026-12-02, be99ee1's kernels, bench_models w4a16t, M = 12 / 16, one round;
+ * wgmma's time over w4a16.cu's:
+ * - GEMV: Qwen2.5-7B qkv (288 CTAs for 264 slots) 0.68 / 0.64, down (224) 0.80 / 0.73, o (224) 1.01 / 0.98;
+ *   Qwen3-32B o and down (320) 0.54-0.64; Llama-3-8B and Qwen3-8B o and down (256): 0.94-1.17, kept.
+ * - 16-row tiles, a CTA's K: Llama-3-8B / Qwen3-8B qkv (820) 0.79-0.82, gate_up (2048) 0.87-0.92; Llama-3-70B o
+ *   (2048) 0.95 / 0.96; Qwen3-32B qkv (1707) 1.00 / 1.01. Kept: Llama-3-70B qkv (2731) 1.09-1.11, gate_up
+ *   (8192) and down (7168) 1.05-1.10; Qwen2.5-7B gate_up (3584) 1.24-1.30; Qwen3-32B gate_up (5120) 1.09-1.11.
+ * Layers at M = 12 against bf16, the next run: Llama-3-8B 1.63x -> 1.77x, 70B 1.87x -> 1.92x, Qwen2.5-7B 1.63x ->
+ * 1.80x, Qwen3-8B 1.61x -> 1.72x, Qwen3-32B 1.46x -> 1.80x. */
+bool by_tile_wgmma_pays(const nvfp4_matmul &p) {
+  if (!p.b.tile_rows || p.m > 16) return false;
+  const W4A16Launch w = w4a16_launch_of(p);
+  if (!w.gemv) return w.cta_k <= 2048;
+  const int64_t waves = (w.ctas + w.slots - 1) / w.slots;
+  return 4 * w.ctas >= 3 * w.slots && 10 * w.ctas < 9 * waves * w.slots;
+}
+
 /* W4A16 on the wgmma kernel (where matmul_sm90_can_run: Hopper, K % 64 == 0,
- * aligned rows) from 17 rows, or rows grouped by expert from 16 an expert on
- * average. A Llama-3-8B / 70B layer's linears (H200, 2026-11-29): M = 20, 24,
+ * aligned rows) from 17 rows (9 to 16 by tile: above), or rows grouped by
+ * expert from 16 an expert on average. A Llama-3-8B / 70B layer's linears (H200, 2026-11-29): M = 20, 24,
  * 32 took 0.66 / 0.65 / 0.56x the time of w4a16.cu's GEMV (8B; 70B 0.63 /
  * 0.62 / 0.53x), M = 40..56 0.45-0.56x that of its 64-row tiles; M = 8, 12,
  * 16 1.22 / 1.04 / 0.99x the GEMV's (70B 1.36 / 1.15 / 1.09x): its 256 x 32
@@ -102,7 +123,7 @@ bool always(const nvfp4_matmul &, const DeviceInfo &) { return true; }
  * of its rows: 0.56x of bf16 skewed, wgmma 1.13x), T = 64 1.68x / 1.30x; T =
  * 4096 (fecdef0) 0.44x / 0.51x. */
 bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) {
-  return p.a_type != NVFP4_E2M1 && (p.offs ? p.m >= 16 * p.batch : p.m > 16);
+  return p.a_type != NVFP4_E2M1 && (p.offs ? p.m >= 16 * p.batch : p.m > 16 || (p.m > 8 && by_tile_wgmma_pays(p)));
 }
 
 /* W4A4 with unquantized activations (nvfp4_matmul_cuda_prefers_values): the quantized values on w4a16.cu's GEMV

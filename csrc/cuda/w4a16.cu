@@ -1202,6 +1202,12 @@ cudaError_t w4a16_launch(const nvfp4_matmul *problems, int count, nvfp4_workspac
   return cudaSuccess;
 }
 
+W4A16Launch w4a16_launch_of(const nvfp4_matmul &p) {
+  const Config c = config_of(&p, 1, true);
+  const int64_t tiles = count_tiles(&p, 1, c.tm, tile_n(c));
+  return {c.gemv, tiles * c.split, (int64_t)ctas_per_sm(c) * device_info().sms, (p.k + c.split - 1) / c.split};
+}
+
 void w4a16_describe(const nvfp4_matmul *problems, int count, bool workspace, char *what, size_t len) {
   bool f16 = false, bf16 = false;
   for (int g = 0; g < count; g++) (problems[g].a_type == NVFP4_BF16 ? bf16 : f16) = true;
