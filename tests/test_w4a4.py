@@ -114,10 +114,11 @@ def test_w4a4_routes(gen):
                        reference.gemm_w4a4(x, b1.data, b1.sf, 0.5), f"route of M = {m}")
 
 
-@pytest.mark.parametrize("k", [64, 4096, 28672])
+@pytest.mark.parametrize("k", [64, 4096, 18944, 28672])
 def test_w4a4_quantized_in_kernel(gen, k):
     """One activation row per batch and a global scale given as a tensor: the dp4a GEMV quantizes the row itself
-    (no quantize launch); gemm and dual, fp16 and bf16 x, batched, a NaN block, K past one block a thread."""
+    (no quantize launch); gemm and dual, fp16 and bf16 x, batched, a NaN block, K past one block a thread (18944: 37
+    steps a row, no split)."""
     if not torch.cuda.is_available() or not nk.WITH_CUDA:
         pytest.skip("needs a CUDA device and the CUDA build")
     b1, b2 = (random_operand(2, 136, k, gen=gen, device="cuda", layout=lay) for lay in ("linear", "blocked"))

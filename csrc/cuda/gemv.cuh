@@ -135,8 +135,11 @@ cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_b
   const int64_t sets = K::sets(p.m);
   const int64_t max_ctas = std::max<int64_t>(1, (int64_t)sms * std::max(per_sm, 1) / p.batch);
   // Several vectors: every CTA decodes all of them first, so a CTA per SM
-  // with at least one set, whatever the warps left idle.
-  const int64_t ctas = NV > 1 ? std::max<int64_t>(1, std::min(max_ctas, sets))
+  // with at least one set, whatever the warps left idle. So too a kernel of
+  // one CTA an SM (the one that quantizes x itself): fewer CTAs leave SMs
+  // idle (H200, 3584 x 18944, 37 steps a row, no split: 56 of 132 SMs took
+  // 22.8 us, every SM 15.0).
+  const int64_t ctas = NV > 1 || per_sm == 1 ? std::max<int64_t>(1, std::min(max_ctas, sets))
                        : 2 * sets >= WARPS * max_ctas ? max_ctas
                                                       : std::max<int64_t>(1, (sets + WARPS - 1) / WARPS);
   GemvDeal deal = {};
