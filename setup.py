@@ -78,6 +78,21 @@ def gencode_flags(nvcc):
     return flags
 
 
+def cublaslt_include():
+    """A folder holding cublasLt.h: the toolkit's, or that of the CUDA wheels torch depends on (nvidia/*/include).
+    The library itself is the one torch loads (csrc/cuda/cublas.cu opens it at run time); without the header the
+    kernels are built without the cuBLASLt path."""
+    dirs = [os.path.join(CUDA_HOME, "include")] if CUDA_HOME else []
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            dirs += sorted(glob.glob(os.path.join(root, "*", "include")))
+    except ImportError:
+        pass
+    return next((d for d in dirs if os.path.exists(os.path.join(d, "cublasLt.h"))), None)
+
+
 def targets(flags):
     return ", ".join(f.rsplit("code=", 1)[1].replace("compute_", "PTX ") for f in flags)
 
@@ -96,6 +111,11 @@ def extension():
         return CppExtension("nvfp4_kernels._C", sources, include_dirs=include, extra_compile_args={"cxx": opt})
     gencode = gencode_flags(nvcc)
     nvcc_flags = opt + ["-lineinfo", "-DNVFP4_WITH_CUDA", "--expt-relaxed-constexpr", f"--threads={len(gencode)}"]
+    lt = cublaslt_include()
+    if lt:
+        nvcc_flags += ["-DNVFP4_WITH_CUBLASLT", f"-I{lt}"]
+    else:
+        print("nvfp4_kernels: no cublasLt.h found: building without the cuBLASLt path (prefill of W4A16 calls)")
     nvcc_flags += gencode + os.environ.get("NVFP4_NVCC_FLAGS", "").split()
     print(f"nvfp4_kernels: building with CUDA ({nvcc}) for {targets(gencode)}: ~1.5 min on 16 cores, "
           "~5 min on 2 (TORCH_CUDA_ARCH_LIST=9.0a builds one target)")

@@ -1220,8 +1220,10 @@ std::string kernel_name(std::string op, const at::TensorList ts) {
     if (w4a4) check_w4a4_weights(op.c_str(), args[1], dual ? &args[2] : nullptr);
     prs.push_back(make_problem({op.c_str()}, x, args[1], dual ? &args[2] : nullptr, nullptr, args[dual ? 3 : 2],
                                dual ? &args[4] : nullptr, std::nullopt, false));
-#ifdef NVFP4_WITH_CUDA
     Problem &pr = prs[0];
+    /* the output as the op allocates it: x's dtype, contiguous */
+    pr.p.c_type = pr.p.a_type, pr.p.c_row_stride = pr.p.n, pr.p.c_batch_stride = xt.dim() == 3 ? pr.p.m * pr.p.n : 0;
+#ifdef NVFP4_WITH_CUDA
     /* W4A4: as w4a4_run plans it for a global scale given as a tensor */
     const float *scale = reinterpret_cast<const float *>(UNALLOCATED);
     if (w4a4 && pr.device.is_cuda() && quantizes_in_kernel(pr.p, scale, pr.device))

@@ -125,7 +125,8 @@ def gemm_w4a16(x, b, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = 
     x [..., K] with b [N, K/2] (any leading dims, as F.linear takes them), or x [L, M, K] with b
     [L, N, K/2]; sfb as for gemm. Products are exact (an NVFP4 weight value has at most 6
     significant bits), sums in fp32; the result has x's dtype unless out_dtype (or out) says.
-    The weight is decoded in the kernel: no dequantized copy is made. With bf16 x, b may also be
+    The weight is decoded in the kernel, or (prefill gemms on Hopper, csrc/cuda/plan.cu) per call into
+    scratch of at most 288 MiB for cuBLASLt's GEMM: no dequantized copy is kept. With bf16 x, b may also be
     ``pack_bf16_pairs(b)`` (int32 [..., K/8]): the same weights in a layout the GPU decodes faster;
     and those laid out by tile, ``layouts.to_expert_tiles(pack_bf16_pairs(b)[None], sfb[None])`` (N a
     multiple of 128: int32 [1, N/128, ceil(K/256), 4096] and sfb [1, N/128, ceil(K/256), 2048]), which

@@ -80,6 +80,17 @@ def wgmma_built():
     return nk.kernel_name("gemm", a.data, b.data, a.sf, b.sf).startswith("wgmma")
 
 
+@functools.cache
+def cublas_built():
+    """A Hopper GPU and this build's cuBLASLt path (csrc/cuda/cublas.cu: built where setup.py found cublasLt.h,
+    run where the process has the library): the planner takes it for a W4A16 gemm of 2048 rows there."""
+    if not (nk.WITH_CUDA and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
+        return False
+    x = torch.zeros(2048, 1024, dtype=torch.bfloat16, device="cuda")
+    b = random_operand(None, 1024, 1024, gen=torch.Generator().manual_seed(0), device="cuda")
+    return nk.kernel_name("gemm_w4a16", x, b.data, b.sf).startswith("cublas")
+
+
 def launched(fn):
     """Run fn once under the profiler; return (result, names of the CUDA kernels it launched)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -95,7 +106,7 @@ FORCED = os.environ.get("NVFP4_FORCE_KERNEL", "").split(":")[0]
 # The CUDA kernel function each of the planner's kernel names launches.
 KERNEL_SYMBOLS = {"gemv_dp4a": "gemv_dp4a_kernel", "gemv_mma": "gemv_mma_kernel", "skinny": "skinny_kernel",
                   "wgmma": "matmul_sm90_kernel", "mma": "matmul_mma_kernel", "simt": "matmul_simt_kernel",
-                  "w4a16": "w4a16_kernel"}
+                  "w4a16": "w4a16_kernel", "cublas": "decode_kernel"}
 
 
 def is_gemv(name):

@@ -19,7 +19,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import HAS_CUDA, assert_matches
-from helpers import FORCED, KERNEL_SYMBOLS, gemm_problem, gemv_problem, launched, poisoned, w4a16_slack, wgmma_built
+from helpers import FORCED, KERNEL_SYMBOLS, cublas_built, gemm_problem, gemv_problem, launched, poisoned, w4a16_slack, wgmma_built
 
 ON_GPU = HAS_CUDA and torch.cuda.get_device_capability() >= (8, 0)
 
@@ -72,17 +72,23 @@ CASES = {
               ("w4a16", None, 17, 129, 1024, ("linear", "linear")), ("w4a16+", 2, 32, 300, 4096, ("linear", "blocked")),
               ("w4a16+", None, 25, 4096, 2048, ("linear", "linear")), ("w4a16dual", 2, 27, 129, 1024, ("linear", "blocked")),
               ("w4a16dual", None, 32, 64, 4096, ("blocked", "blocked"))],
+    # gemms whose result has x's type (fp16 unless "+": (M + N) odd takes bf16 x), rows 16-byte aligned; batches;
+    # 2 slices of weight rows (the last shorter)
+    "cublas": [("w4a16", None, 2, 8, 16, ("linear", "linear")), ("w4a16", 2, 130, 296, 1040, ("linear", "blocked")),
+               ("w4a16+", None, 301, 64, 2048, ("linear", "blocked")), ("w4a16+", None, 1025, 4096, 1024, ("linear", "linear")),
+               ("w4a16", None, 2, 8200, 16384, ("blocked", "linear"))],
 }
 # The epilogue's variants ("+": bf16 out, alphas as device tensors, a bias) on every kernel's first shapes.
 for _kernel, _cases in CASES.items():
-    if _kernel != "w4a16":
+    if _kernel not in ("w4a16", "cublas"):
         _cases += [(op + "+", *rest) for op, *rest in _cases[:4]]
 # A forced kernel (and variant) -> the test files run in its child besides this one.
 FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"],
           "wgmma": ["test_epilogue.py", "test_grouped_mm.py", "test_pairs.py", "test_w4a4.py"],
           "wgmma:decode": ["test_tensor_cores.py", "test_epilogue.py", "test_pairs.py", "test_grouped_mm.py"],
           "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": [],
-          "w4a16": ["test_epilogue.py", "test_pairs.py", "test_w4a4.py"]}
+          "w4a16": ["test_epilogue.py", "test_pairs.py", "test_w4a4.py"],
+          "cublas": ["test_epilogue.py", "test_pairs.py", "test_w4a4.py"]}
 
 
 def build(op, L, m, n, k, layouts, gen, device):
@@ -110,7 +116,8 @@ def build(op, L, m, n, k, layouts, gen, device):
         b = random_operand(L, n, k, gen=gen, device=device, layout=layouts[1])
         x = torch.randn(lead + (m, k), generator=gen).to(torch.bfloat16 if (m + n) % 2 else torch.float16).to(device)
         out = poisoned(lead + (m, n), device).to(dtype)
-        bias = torch.randn(n, device=device) if plus else None
+        # bf16 x: a bias of the output's type (what cuBLASLt's epilogue takes), else float32
+        bias = torch.randn(n, device=device).to(dtype if x.dtype == dtype else torch.float32) if plus else None
         if op == "w4a16":
             args = (x, b.data, b.sf)
             return (args, lambda: nk.gemm_w4a16(*args, out=out, alpha=alpha, bias=bias), [out],
@@ -177,6 +184,8 @@ def test_forced(force):
     with NVFP4_FORCE_KERNEL=force."""
     if force.startswith("wgmma") and not wgmma_built():
         pytest.skip("the wgmma kernel needs a Hopper GPU and a build with sm_90a code")
+    if force == "cublas" and not cublas_built():
+        pytest.skip("the cuBLASLt path is tested on Hopper, in a build that found cublasLt.h")
     files = [os.path.join(HERE, "test_kernels.py")] + [os.path.join(HERE, f) for f in FORCES[force]]
     env = dict(os.environ, NVFP4_FORCE_KERNEL=force)
     # the GPU tests only: the CPU ones do not depend on the forced kernel; a few processes where
@@ -199,7 +208,9 @@ ROUTES = [("gemv", None, 7168, 1, 2048, ("linear", "linear")), ("gemm", None, 4,
           ("gemm+", None, 3, 4096, 7168, ("linear", "linear")), ("gemm+", None, 1000, 8, 4096, ("linear", "linear")),
           ("gemm+", None, 12, 4096, 16384, ("linear", "linear")), ("dual+", None, 4, 4096, 7168, ("blocked", "blocked")),
           ("w4a16", None, 1, 4096, 4096, ("linear", "linear")), ("w4a16dual", None, 256, 3072, 4096, ("linear", "linear")),
-          ("w4a16+", None, 300, 4096, 1024, ("linear", "blocked")), ("w4a16", None, 40, 4096, 1024, ("linear", "linear"))]
+          ("w4a16+", None, 300, 4096, 1024, ("linear", "blocked")), ("w4a16", None, 40, 4096, 1024, ("linear", "linear")),
+          ("w4a16+", None, 1025, 4096, 1024, ("linear", "linear")), ("w4a16dual", None, 2048, 1024, 1024, ("linear", "linear")),
+          ("w4a16+", None, 2049, 1024, 8192, ("linear", "blocked"))]
 
 
 @pytest.mark.skipif(not ON_GPU or bool(FORCED), reason="needs an sm_80+ GPU; a kernel is forced")

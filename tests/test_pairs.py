@@ -10,7 +10,7 @@ import nvfp4_kernels as nk
 from nvfp4_kernels import reference
 from nvfp4_kernels.testing import random_operand
 from conftest import assert_matches
-from helpers import FORCED, w4a16_slack, wgmma_built
+from helpers import FORCED, cublas_built, w4a16_slack, wgmma_built
 from test_epilogue import activations, bias_of, poisoned
 
 MASK32 = 0xFFFFFFFF
@@ -135,6 +135,43 @@ def test_dense_by_tile(device, gen, m, n, k):
         x2 = x.reshape(-1, k)
         name, flat = nk.kernel_name("gemm_w4a16", x2, t, ts), nk.kernel_name("gemm_w4a16", x2, w, b.sf)
         assert name == (flat[:-1] + " laid out by tile)" if flat.startswith("w4a16") else flat), (name, flat)
+
+
+@pytest.mark.skipif(not cublas_built() or bool(FORCED), reason="the cuBLASLt route: Hopper, a build with it, unforced")
+def test_prefill_every_layout_on_cublas(gen):
+    """Prefill (M >= 1024, K <= 4096 on Hopper): the weights decoded then cuBLASLt, from every layout (bytes with
+    linear or blocked scales, bf16 pairs, laid out by tile): the same decoded values, the same algorithm, the same
+    bits; the exact reference; alpha on the device, a bias in cuBLASLt's epilogue; fp16 x; W4A4's quantized values."""
+    m, n, k = 1024, 384, 4096
+    b = random_operand(None, n, k, gen=gen, device="cuda")
+    blocked = nk.layouts.to_blocked(b.sf)
+    (t, ts), w = tiled(b), nk.pack_bf16_pairs(b.data)
+    x = activations((m, k), torch.bfloat16, gen, "cuda")
+    alpha, bias = torch.tensor(-1.5, device="cuda"), bias_of(n, torch.bfloat16, gen, "cuda")
+    outs = []
+    for codes, sf in ((b.data, b.sf), (b.data, blocked), (w, b.sf), (t, ts)):
+        assert nk.kernel_name("gemm_w4a16", x, codes, sf).startswith("cublas"), nk.kernel_name("gemm_w4a16", x, codes, sf)
+        out = poisoned((m, n), "cuda", torch.bfloat16)
+        nk.gemm_w4a16(x, codes, sf, alpha=alpha, bias=bias, out=out)
+        outs.append(out)
+    assert_matches(outs[0], reference.gemm_w4a16(x, b.data, b.sf, -1.5, bias), "cublas bytes",
+                   slack=w4a16_slack(x, b.data, b.sf, -1.5))
+    for o in outs[1:]:
+        assert torch.equal(o.view(torch.int16), outs[0].view(torch.int16))
+    xh = x.half()
+    assert nk.kernel_name("gemm_w4a16", xh, b.data, b.sf).startswith("cublas")
+    assert_matches(nk.gemm_w4a16(xh, b.data, b.sf, alpha=0.25), reference.gemm_w4a16(xh, b.data, b.sf, 0.25),
+                   "cublas fp16", slack=w4a16_slack(xh, b.data, b.sf, 0.25))
+    # W4A4: x quantized to the values its codes stand for, then this route
+    assert nk.kernel_name("gemm_w4a4", x, b.data, b.sf).startswith("cublas")
+    got = nk.gemm_w4a4(x, b.data, b.sf, global_scale=0.5, alpha=2.0, bias=bias)
+    assert_matches(got, reference.gemm_w4a4(x, b.data, b.sf, 0.5, 2.0, bias), "cublas w4a4")
+    # a dual stays on the wgmma kernel; a bias of another type than the output's has no cuBLASLt algorithm here
+    assert not nk.kernel_name("dual_gemm_w4a16", x, b.data, b.data, b.sf, b.sf).startswith("cublas")
+    out = poisoned((m, n), "cuda", torch.bfloat16)
+    nk.gemm_w4a16(x, b.data, b.sf, bias=bias.float(), out=out)
+    assert_matches(out, reference.gemm_w4a16(x, b.data, b.sf, None, bias.float()), "fp32 bias",
+                   slack=w4a16_slack(x, b.data, b.sf))
 
 
 def by_tile_route(m, n, k, dual=False):

@@ -10,6 +10,7 @@
  *   matmul_sm90.cu gemm / dual / grouped, wgmma (Hopper, sm_90a)
  *   matmul_mma.cu  gemm / dual / grouped, mma.sync (sm_80+)
  *   matmul_simt.cu gemm / dual / grouped, CUDA cores (any shape and layout)
+ *   cublas.cu      W4A16 gemm: weights decoded to 16 bits, then cuBLASLt
  *
  * A GEMV kernel takes its problem "as vectors": p.n vectors (b's rows)
  * against p.m streamed rows of a (and of a2 = p.b2 for a dual), result j of
@@ -33,6 +34,16 @@ struct W4A16Launch {
   int64_t ctas, slots, cta_k;
 };
 W4A16Launch w4a16_launch_of(const nvfp4_matmul &p);
+
+/* W4A16 gemm (not dual) on cuBLASLt over weights decoded in slices (no rows
+ * by expert). can_run: layouts and alignment; ready: cuBLASLt (loaded by the
+ * process) has an algorithm for each slice's product (its heuristic, asked
+ * once per shape). A launch without its scratch (ws NULL or failing) returns
+ * cudaErrorNotSupported having launched nothing. */
+bool cublas_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
+bool cublas_ready(const nvfp4_matmul &p);
+cudaError_t cublas_launch(const nvfp4_matmul &p, nvfp4_workspace_fn ws, void *ctx, cudaStream_t stream);
+void cublas_describe(const nvfp4_matmul &p, char *what, size_t len);
 
 bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev);
 cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);

@@ -289,6 +289,18 @@ __device__ __forceinline__ void nvfp4_block_values16(const uint32_t (&w)[2], uin
 }
 #endif
 
+/* The 16 values of a block whose codes are repacked (NVFP4_CODES_BF16_PAIRS: two words) and its scale byte, bf16 in
+ * memory order, as nvfp4_block_values16 gives the checkpoint's: each pair decoded to value x 2^-126 (multiplied
+ * by 2^126, exact), then times the scale. */
+__device__ __forceinline__ void nvfp4_pairs_block_values16(const uint32_t (&w)[2], uint32_t sf, uint32_t (&v)[8]) {
+  constexpr uint32_t P126 = 0x7E807E80u; /* bf16 2^126, twice */
+  const uint32_t sb = __float_as_uint(nvfp4_e4m3x2_to_float2(sf).x) >> 16, s2 = sb | sb << 16;
+  nvfp4_e2m1x8_pairs_to_bf162x4(w[0], P126, *reinterpret_cast<uint32_t(*)[4]>(v));
+  nvfp4_e2m1x8_pairs_to_bf162x4(w[1], P126, *reinterpret_cast<uint32_t(*)[4]>(v + 4));
+#pragma unroll
+  for (int j = 0; j < 8; j++) v[j] = nvfp4_mul_bf16x2(v[j], s2);
+}
+
 /* Two e4m3 scale bytes -> bf16x2 {s0 * 2^119, s1 * 2^119}, exact, NaN kept. */
 __device__ __forceinline__ uint32_t nvfp4_e4m3x2_to_bf162_x2p119(uint32_t two_bytes) {
   const float2 f = nvfp4_e4m3x2_to_float2(two_bytes);

@@ -29,12 +29,14 @@
  * Problems whose activations are 16-bit values (W4A16, a_type), rows grouped
  * by expert (offs) among them, go to the wgmma kernel (Hopper, from 17 rows;
  * 9 to 16 of weights laid out by tile where w4a16.cu would leave SMs idle; by
- * expert from 16 an expert) or the w4a16 kernel; the other kernels take NVFP4
+ * expert from 16 an expert) or the w4a16 kernel, prefill gemms on Hopper to
+ * cuBLASLt over weights decoded per call (cublas.cu; where it has an
+ * algorithm and, at launch, its scratch); the other kernels take NVFP4
  * activations only.
  *
  * Tests force a kernel ahead of the table with NVFP4_FORCE_KERNEL=name[:option]
  * (read once): it takes every call it can run, the table the rest.
- *   gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt; wgmma:decode (no
+ *   gemv_dp4a, gemv_mma, skinny, wgmma, mma, simt, w4a16, cublas; wgmma:decode (no
  *   pre-pass: the producer decodes); mma:wk1, mma:wk4 (its CTA shape).
  */
 #include <algorithm>
@@ -46,8 +48,8 @@
 
 namespace {
 
-enum class Kernel { W4A16, GEMV_DP4A, GEMV_MMA, SKINNY, WGMMA, MMA, SIMT, NONE };
-constexpr const char *KERNEL_NAMES[] = {"w4a16", "gemv_dp4a", "gemv_mma", "skinny", "wgmma", "mma", "simt"};
+enum class Kernel { W4A16, GEMV_DP4A, GEMV_MMA, SKINNY, WGMMA, MMA, SIMT, CUBLAS, NONE };
+constexpr const char *KERNEL_NAMES[] = {"w4a16", "gemv_dp4a", "gemv_mma", "skinny", "wgmma", "mma", "simt", "cublas"};
 
 /* How a rule's kernel sees the problem. */
 enum class View { GIVEN, VECTORS, SWAPPED };
@@ -134,9 +136,22 @@ bool w4a16_wgmma_pays(const nvfp4_matmul &p, const DeviceInfo &) {
  * skinny's shapes at M = 7, 8 (8B down 0.88-0.90, 70B 1.04-1.15), M <= 4 (dp4a, the integer-mma GEMV at 4:
  * 0.78-1.64, 1.22-1.64 at M = 1), M = 10..16 (0.77-1.32). */
 bool values_pay(const nvfp4_matmul &p, Kernel codes, View codes_view, Kernel values, const DeviceInfo &dev) {
+  /* prefill: the values on cuBLASLt where its rule takes them (Llama-3 gemms at M = 2048..8192 0.82-0.98x the time
+   * of the codes on wgmma, M = 1024 with K <= 4096 0.88-1.02x: cublas_pays' measurement) */
+  if (values == Kernel::CUBLAS) return true;
   const bool mma_gemv = codes == Kernel::GEMV_MMA && codes_view == View::SWAPPED;
   return dev.major == 9 && dev.minor == 0 && p.m >= 5 && p.m <= 8 && values == Kernel::W4A16 &&
          (mma_gemv || codes == Kernel::WGMMA);
+}
+
+/* W4A16 gemms of many rows (prefill) on cuBLASLt over weights decoded per call (cublas.cu), on Hopper: from 2048
+ * rows, 1024 where K <= 4096. Llama-3 8B / 70B layers' gemms (H200, 2026-12-02, bench_models, one round; time
+ * over the wgmma kernel's, 16-bit activations as NVFP4Linear holds its weights / W4A4's quantized values):
+ * M = 1024: 8B qkv 0.87 / 0.88, o 0.96 / 1.02, down 1.05 / 1.05; 70B qkv 1.00-1.05, o 1.08-1.12, down 1.06-1.16;
+ * M = 2048: 8B 0.85-0.90, 70B 0.94-1.00; M = 4096, 8192: 0.78-0.92. Duals stay on wgmma (both products' fp32
+ * sums through cuBLASLt, then their silu product: 0.98-1.39x its time). */
+bool cublas_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  return dev.major == 9 && dev.minor == 0 && (p.m >= 2048 || (p.m >= 1024 && p.k <= 4096));
 }
 
 struct Rule {
@@ -148,6 +163,8 @@ struct Rule {
 
 /* The table. */
 constexpr Rule RULES[] = {
+    /* 16-bit activations, prefill gemms on Hopper: the weights decoded, then cuBLASLt */
+    {Kernel::CUBLAS, View::GIVEN, false, cublas_pays},
     /* 16-bit activations (W4A16): wgmma on Hopper from 17 rows, else mma.sync (every sm_80+ GPU) */
     {Kernel::WGMMA, View::GIVEN, true, w4a16_wgmma_pays},
     {Kernel::W4A16, View::GIVEN, true, always},
@@ -190,7 +207,8 @@ bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   /* dense rows quantized in the kernel (a_global, no offs): the dp4a GEMV of one vector, x as that vector */
   if (p.a_global && !p.offs) return k == Kernel::GEMV_DP4A && gemv_dp4a_can_run(p, dev);
-  if (k == Kernel::W4A16 ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false; /* W4A16: w4a16.cu, or wgmma */
+  /* W4A16: w4a16.cu, wgmma or cuBLASLt */
+  if (k == Kernel::W4A16 || k == Kernel::CUBLAS ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false;
   /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma; rows by token (a_index) too, wgmma through
    * its pre-pass only (matmul_sm90_can_run; else nvfp4_matmul_cuda_reads_rows); rows quantized first (a_global)
    * there alone */
@@ -204,6 +222,7 @@ bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
     case Kernel::WGMMA: return matmul_sm90_can_run(p, dev);
     case Kernel::MMA: return matmul_mma_can_run(p, dev);
     case Kernel::SIMT: return true;
+    case Kernel::CUBLAS: return cublas_can_run(p, dev);
     default: return false;
   }
 }
@@ -259,19 +278,25 @@ bool takes(Kernel k, View view, bool (*when)(const nvfp4_matmul &, const DeviceI
   return true;
 }
 
-Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev) {
+/* cuBLASLt takes a call only where it has an algorithm for it (asked once per shape: after the cheap conditions)
+ * and, at launch, its scratch (cublas = false: it had none). */
+Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev, bool cublas = true) {
   Plan plan;
+  auto ok = [&](const Plan &p) { return p.kernel != Kernel::CUBLAS || (cublas && cublas_ready(problems[0])); };
   const Forced &f = forced();
   if (f.kernel != Kernel::NONE) {
     const bool gemv = is_gemv(f.kernel);
-    if (takes(f.kernel, gemv ? View::VECTORS : View::GIVEN, nullptr, problems, count, dev, plan) ||
-        (gemv && takes(f.kernel, View::SWAPPED, nullptr, problems, count, dev, plan))) {
+    if ((takes(f.kernel, gemv ? View::VECTORS : View::GIVEN, nullptr, problems, count, dev, plan) ||
+         (gemv && takes(f.kernel, View::SWAPPED, nullptr, problems, count, dev, plan))) &&
+        ok(plan)) {
       plan.option = f.option;
       return plan;
     }
   }
   for (const Rule &r : RULES)
-    if ((count == 1 || r.grouped) && takes(r.kernel, r.view, r.when, problems, count, dev, plan)) return plan;
+    if ((count == 1 || r.grouped) && takes(r.kernel, r.view, r.when, problems, count, dev, plan) && ok(plan))
+      return plan;
+  plan = Plan();
   return plan; /* NONE only for W4A16 where its kernel cannot run: the SIMT kernel runs every NVFP4 problem */
 }
 
@@ -340,7 +365,12 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int c
                                              void *ctx, cudaStream_t stream) {
   if (!valid(problems, count)) return NVFP4_ERR_INVALID;
   if (count == 1 && empty(problems[0])) return NVFP4_OK; /* nothing to launch */
-  const Plan plan = plan_call(problems, count, device_info());
+  Plan plan = plan_call(problems, count, device_info());
+  if (plan.kernel == Kernel::CUBLAS) {
+    const cudaError_t err = cublas_launch(problems[0], workspace, ctx, stream);
+    if (err != cudaErrorNotSupported) return err == cudaSuccess ? NVFP4_OK : NVFP4_ERR_CUDA;
+    plan = plan_call(problems, count, device_info(), false); /* no scratch: it launched nothing */
+  }
   if (plan.kernel == Kernel::NONE) return NVFP4_ERR_INVALID; /* W4A16 on a device no kernel runs */
   const bool swapped = plan.view == View::SWAPPED; /* a GEMV kernel's bias then goes by its rows */
   cudaError_t err = cudaSuccess;
@@ -365,7 +395,7 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
   const Plan v = plan_call(values, 1, dev);
   if (v.kernel == Kernel::NONE) return 0;
   const Forced &f = forced();
-  if (f.kernel != Kernel::NONE) return f.kernel == Kernel::W4A16; /* tests: each route's kernels forced */
+  if (f.kernel != Kernel::NONE) return f.kernel == Kernel::W4A16 || f.kernel == Kernel::CUBLAS; /* tests */
   const Plan c = plan_call(codes, 1, dev);
   return values_pay(p, c.kernel, c.view, v.kernel, dev);
 }
@@ -414,6 +444,7 @@ extern "C" nvfp4_status nvfp4_matmul_cuda_describe(const nvfp4_matmul *problems,
   if (plan.kernel == Kernel::WGMMA) matmul_sm90_describe(problems, n, plan.option, true, what, sizeof what);
   if (plan.kernel == Kernel::MMA) matmul_mma_describe(problems, n, plan.option, what, sizeof what);
   if (plan.kernel == Kernel::W4A16) w4a16_describe(problems, n, true, what, sizeof what);
+  if (plan.kernel == Kernel::CUBLAS) cublas_describe(problems[0], what, sizeof what);
   if (plan.view == View::SWAPPED)
     std::snprintf(what, sizeof what, plan.seen.a_global ? "roles swapped, x quantized in the kernel" : "roles swapped");
   std::snprintf(buf, len, what[0] ? "%s (%s)" : "%s", KERNEL_NAMES[(int)plan.kernel], what);
