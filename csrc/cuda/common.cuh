@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <type_traits>
 
@@ -244,6 +245,36 @@ __device__ __forceinline__ void load16(const T *p, float (&x)[16]) {
   } else {
 #pragma unroll
     for (int i = 0; i < 16; i++) x[i] = to_float<T>(p[i]);
+  }
+}
+
+/* A block's values (nvfp4.h: code value x scale, exact in T) at p;
+ * VEC: p is 16-byte aligned. 16-bit values on sm_89+ from the codes' words
+ * (numerics.cuh, nvfp4_values_bf16x8: a quarter of the float path's
+ * instructions), else through floats. */
+template <typename T, bool VEC>
+__device__ __forceinline__ void store_block_values(T *p, const uint8_t (&codes)[8], uint32_t sf) {
+#if !NVFP4_TC_BITS
+  if constexpr (VEC && !std::is_same_v<T, float>) {
+    uint32_t w[2], v[8];
+    memcpy(w, codes, 8);
+    nvfp4_block_values16<std::is_same_v<T, __nv_bfloat16>>(w, sf, v);
+    reinterpret_cast<uint4 *>(p)[0] = make_uint4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<uint4 *>(p)[1] = make_uint4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+#endif
+  float f[16];
+  nvfp4_dequantize_block(codes, sf, f);
+  T v[16];
+#pragma unroll
+  for (int i = 0; i < 16; i++) v[i] = from_float<T>(f[i]);
+  if constexpr (VEC) {
+#pragma unroll
+    for (int c = 0; c < (int)sizeof(v) / 16; c++) reinterpret_cast<uint4 *>(p)[c] = reinterpret_cast<const uint4 *>(v)[c];
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; i++) p[i] = v[i];
   }
 }
 

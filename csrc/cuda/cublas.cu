@@ -48,26 +48,18 @@ __global__ void __launch_bounds__(THREADS) decode_kernel(nvfp4_operand w, int64_
   if (kb >= kbs) return;
   const uint2 c = __ldg(reinterpret_cast<const uint2 *>(w.data + nvfp4_codes_offset(&w, row, kb * 8)));
   const uint32_t sf = __ldg(w.sf + nvfp4_operand_sf_offset(&w, kbs, row, kb));
-  const uint32_t words[2] = {c.x, c.y};
-  uint32_t v[8];
+  uint16_t *out = dst + (int64_t)blockIdx.y * k + kb * 16;
   if constexpr (PAIRS) {
-    nvfp4_pairs_block_values16(words, sf, v);
+    uint32_t v[8];
+    nvfp4_pairs_block_values16({c.x, c.y}, sf, v);
+    reinterpret_cast<uint4 *>(out)[0] = make_uint4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<uint4 *>(out)[1] = make_uint4(v[4], v[5], v[6], v[7]);
   } else {
-#if !NVFP4_TC_BITS
-    nvfp4_block_values16<BF16>(words, sf, v);
-#else
-    float f[16];
-    nvfp4_dequantize_block(reinterpret_cast<const uint8_t *>(words), sf, f);
+    uint8_t codes[8];
+    memcpy(codes, &c, 8);
     using T = std::conditional_t<BF16, __nv_bfloat16, __half>;
-    T t[16];
-#pragma unroll
-    for (int i = 0; i < 16; i++) t[i] = from_float<T>(f[i]);
-    memcpy(v, t, sizeof v);
-#endif
+    store_block_values<T, true>(reinterpret_cast<T *>(out), codes, sf);
   }
-  uint4 *out = reinterpret_cast<uint4 *>(dst + (int64_t)blockIdx.y * k + kb * 16);
-  out[0] = make_uint4(v[0], v[1], v[2], v[3]);
-  out[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
 cudaError_t decode(const nvfp4_operand &w, int64_t row0, int64_t rows, int64_t k, bool bf16, uint16_t *dst,
@@ -158,7 +150,7 @@ int32_t align_of(const void *p, int64_t ld_bytes) {
 }
 
 /* One slice's product: D (s x m, column-major, ld ldd) = alpha * op(W) x op(X) (+ bias), W the decoded slice
- * (k x s, ld k), X the activations (k x m, ld ldx). The descriptors of a call, and the algorithm. */
+ * (k x s, ld k), X the activations (k x m, ld ldx): its sizes and types (the cache's key) and algorithm. */
 struct Gemm {
   int64_t s, m, k, ldx, ldd;
   int32_t x_type, d_type, bias_type;

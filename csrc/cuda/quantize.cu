@@ -40,36 +40,6 @@ namespace {
 
 constexpr int THREADS = 256;
 
-/* A block's quantized values (nvfp4.h: code value x scale, exact in T) at p;
- * VEC: p is 16-byte aligned. 16-bit values on sm_89+ from the codes' words
- * (numerics.cuh, nvfp4_values_bf16x8: a quarter of the float path's
- * instructions), else through floats. */
-template <typename T, bool VEC>
-__device__ __forceinline__ void store_values(T *p, const uint8_t (&codes)[8], uint32_t sf) {
-#if !NVFP4_TC_BITS
-  if constexpr (VEC && !std::is_same_v<T, float>) {
-    uint32_t w[2], v[8];
-    memcpy(w, codes, 8);
-    nvfp4_block_values16<std::is_same_v<T, __nv_bfloat16>>(w, sf, v);
-    reinterpret_cast<uint4 *>(p)[0] = make_uint4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<uint4 *>(p)[1] = make_uint4(v[4], v[5], v[6], v[7]);
-    return;
-  }
-#endif
-  float f[16];
-  nvfp4_dequantize_block(codes, sf, f);
-  T v[16];
-#pragma unroll
-  for (int i = 0; i < 16; i++) v[i] = from_float<T>(f[i]);
-  if constexpr (VEC) {
-#pragma unroll
-    for (int c = 0; c < (int)sizeof(v) / 16; c++) reinterpret_cast<uint4 *>(p)[c] = reinterpret_cast<const uint4 *>(v)[c];
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; i++) p[i] = v[i];
-  }
-}
-
 /* Row r's expert (nvfp4_quantize.scale_offs; every lane of the warp asks for
  * the same r): nvfp4_expert_of_row's count, by the warp, its lanes' loads in
  * flight together (a binary search's dependent loads cost a T = 1 MoE block
@@ -133,7 +103,7 @@ __global__ void __launch_bounds__(THREADS) quantize_kernel(const nvfp4_quantize 
         load16<T, VEC>(x_row + (int64_t)kb * 16, x);
         uint8_t codes[8];
         const uint32_t sf = nvfp4_quantize_block_device(x, g, codes);
-        store_values<T, VEC>(values_row + (int64_t)kb * 16, codes, sf);
+        store_block_values<T, VEC>(values_row + (int64_t)kb * 16, codes, sf);
       }
       continue;
     }
