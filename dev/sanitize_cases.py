@@ -216,6 +216,30 @@ def main(only):
                                     (None, 32, 136, 576, bf16),
                                     (None, 176, 36 * 256 - 77, 4352, bf16)]:  # the last: stream-K
             bad += w4a16_wrong(L, m, n, k, x_dtype, 0, "blocked", alpha)
+    if section("prefill, cuBLASLt"):
+        # W4A16 / W4A4 gemms of many rows on Hopper (csrc/cuda/cublas.cu): weights decoded into the scratch from
+        # each layout, cuBLASLt's GEMM with a device alpha and a bias of the output's dtype; a batch; N past the
+        # last 128-row block; two slices of weight rows (8200 rows of K = 16384, the last slice shorter)
+        alpha = torch.tensor(0.75, device=dev)
+        for L, m, n, k, x_dtype, layout in [(None, 2049, 304, 1024, bf16, "linear"),
+                                            (2, 1030, 264, 2048, torch.float16, "blocked"),
+                                            (None, 2048, 8200, 16384, bf16, "linear")]:
+            b = random_operand(L, n, k, gen=gen, device=dev, layout=layout)
+            x = torch.randn(((L,) if L else ()) + (m, k), generator=gen).to(x_dtype).to(dev)
+            bias = torch.randn(n, generator=gen).to(x_dtype).to(dev)
+            print("  ", L, m, n, k, nk.kernel_name("gemm_w4a16", x, b.data, b.sf), flush=True)
+            # the result has x's type (cuBLASLt's bias and output share it): a bf16 one is within 1e-2
+            def near(u, v):
+                ok = close(u, v) if x_dtype == torch.float16 else \
+                    torch.allclose(u.float(), v.float(), rtol=1e-2, atol=1e-2, equal_nan=True)
+                if not ok:
+                    print("   wrong: largest difference", float((u.float() - v.float()).abs().nan_to_num().max()))
+                return ok
+            got = nk.gemm_w4a16(x, b.data, b.sf, alpha=alpha, bias=bias)
+            bad += not near(got, reference.gemm_w4a16(x, b.data, b.sf, alpha, bias))
+            if L is None:
+                got = nk.gemm_w4a4(x, b.data, b.sf, global_scale=0.5, alpha=alpha, bias=bias)
+                bad += not near(got, reference.gemm_w4a4(x, b.data, b.sf, 0.5, alpha, bias))
     if section("grouped_mm"):
         # rows grouped by expert (common.cuh's expert_tile): empty experts, rows past the last, 16- and 64-row
         # tiles, plain and gated, split K (w4a16.cu); from 64 rows an expert the wgmma kernel's 128-row tiles
