@@ -1,11 +1,12 @@
 """The linear layers of real models, NVFP4 (W4A4 and W4A16) against bf16, at every token count.
 
     python -m benchmarks.bench_models [--model 8b 70b qwen2.5-7b qwen3-8b qwen3-32b] [--m 1,16,256]
-        [--mode w4a4 w4a16 w4a16p w4a16t] [--json F] [--png F]
+        [--mode w4a4 w4a4t w4a16 w4a16p w4a16t] [--json F] [--png F]
 
 Per model, the four linears of one decoder layer: qkv, o, gate+up (one dual gemm: silu(x Wg^T) *
 (x Wu^T)) and down. W4A4 runs as a model runs it: gemm_w4a4, the activations' quantization and the
-gemm of them (both timed); W4A16 is one call on the bf16 activations (w4a16p: with the weights repacked for bf16,
+gemm of them (both timed; w4a4t: the weights laid out by tile, layouts.to_expert_tiles, as NVFP4Linear
+holds them on a GPU); W4A16 is one call on the bf16 activations (w4a16p: with the weights repacked for bf16,
 ops.pack_bf16_pairs; w4a16t: those laid out by tile too, layouts.to_expert_tiles). bf16 is F.linear (and silu * mul
 for the dual)
 in the same run. GPU time per call from CUDA-graph replays of a chain of calls that walks over
@@ -54,8 +55,9 @@ def nvfp4_weight(n, k, gen, mode="w4a4"):
     w = torch.randn(n, k, generator=gen, device="cuda", dtype=torch.bfloat16) * 0.02
     g = 2688.0 / w.abs().amax().float()
     codes, sf = nk.quantize(w, global_scale=g)
-    if mode == "w4a16t":
-        return (*nk.layouts.to_expert_tiles(nk.pack_bf16_pairs(codes)[None], sf[None]), (1.0 / g).reshape(1))
+    if mode in ("w4a16t", "w4a4t"):
+        words = nk.pack_bf16_pairs(codes) if mode == "w4a16t" else codes
+        return (*nk.layouts.to_expert_tiles(words[None], sf[None]), (1.0 / g).reshape(1))
     return nk.pack_bf16_pairs(codes) if mode == "w4a16p" else codes, sf, (1.0 / g).reshape(1)
 
 
@@ -174,7 +176,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", nargs="+", choices=list(MODELS), default=["8b", "70b"])
     ap.add_argument("--m", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
-    ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a16", "w4a16p", "w4a16t"),
+    ap.add_argument("--mode", nargs="+", choices=("w4a4", "w4a4t", "w4a16", "w4a16p", "w4a16t"),
                     default=["w4a4", "w4a16", "w4a16p"])
     ap.add_argument("--json")
     ap.add_argument("--png")

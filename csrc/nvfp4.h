@@ -66,8 +66,8 @@ typedef struct nvfp4_operand {
 } nvfp4_operand;
 
 /* Weights laid out by tile (tile_rows 64 or 128 of an MoE's experts, rows
- * grouped by expert; 128 of a dense problem's weights repacked for bf16, as
- * NVFP4Linear holds them): the codes and scales of NVFP4_TILE_ROWS rows and
+ * grouped by expert; 128 of a dense problem's weights, as NVFP4Linear holds
+ * them on a GPU): the codes and scales of NVFP4_TILE_ROWS rows and
  * 4 K steps of 64 values are one run each, in the order the GPU kernels copy
  * them. Per batch, tile t (at t*row_stride codes, t*sf_row_stride scales)
  * holds operand rows [t*tile_rows, (t + 1)*tile_rows) at places 0.. (a gated

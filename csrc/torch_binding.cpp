@@ -259,14 +259,14 @@ nvfp4_operand tile_operand(const Arg &w, const Arg &w_sf, int place, int tile_ro
   return o;
 }
 
-/* W4A16 weights laid out by tile for a dense problem: [1, N/128, ceil(K/256), 16384 bytes] (as bytes; of
- * weights repacked for bf16, int32 [1, N/128, ceil(K/256), 4096]) and their scales, checked. */
+/* Weights laid out by tile for a dense problem: [1, N/128, ceil(K/256), 16384] bytes (of weights repacked for
+ * bf16, int32 [1, N/128, ceil(K/256), 4096]) and their scales, checked. */
 nvfp4_operand dense_tiles(const OpName &op, const char *name, const char *sf_name, const Arg &w, const Arg &w_sf,
                           int64_t K) {
   const int64_t groups = tile_groups(K);
   TORCH_CHECK_VALUE(w.size(0) == 1 && w.size(2) == groups && w.size(3) == 4 * NVFP4_TILE_STEP, op, ": ", name,
-                    " laid out by tile must be [1, N/128, ceil(K/256)=", groups, ", ", NVFP4_TILE_STEP,
-                    "] int32 words for x's K=", K, ", got (as bytes) ", w.sizes());
+                    " laid out by tile must be [1, N/128, ceil(K/256)=", groups, ", ", 4 * NVFP4_TILE_STEP,
+                    "] bytes (int32 words: ", NVFP4_TILE_STEP, ") for x's K=", K, ", got (as bytes) ", w.sizes());
   check_tile_scales(op, name, sf_name, w, w_sf, 1, groups);
   return tile_operand(w, w_sf, 0, NVFP4_TILE_ROWS);
 }
@@ -304,17 +304,14 @@ Problem make_problem(const OpName &op, const Arg &a, const Arg &b_in, const Arg 
   const bool batched = a.dim() == 3;
   const int64_t b_rank = a.dim() - (vector ? 1 : 0);
   const char *bname = b2 ? "b1" : "b";
-  /* W4A16 weights laid out by tile (4 dims, dense_tiles): as [N, K/2] ones, x [M, K] (w4a16_rows) */
+  /* W4A16 (and W4A4 ops') weights laid out by tile (4 dims, dense_tiles): as [N, K/2] ones, x [M, K]
+   * (w4a16_rows) */
   const bool tiled = w4a16 && b.dim() == 4 && !batched;
-  if (tiled) {
-    TORCH_CHECK_TYPE(pairs, op, ": weights laid out by tile must be repacked for bf16 first (int32 words: ",
-                     "layouts.to_expert_tiles(ops.pack_bf16_pairs(b)[None], sfb[None])), got ", b_in.dtype);
-  } else {
+  if (!tiled)
     TORCH_CHECK_VALUE(b.dim() == b_rank, op, ": ", bname, " must have ", b_rank, " dims to match a (",
                       vector ? (batched ? "[L, K/2]" : "[K/2]") : (batched ? "[L, N, K/2]" : "[N, K/2]"),
-                      w4a16 && !batched ? " or laid out by tile: [1, N/128, ceil(K/256), 4096] int32" : "",
+                      w4a16 && !batched ? " or laid out by tile: [1, N/128, ceil(K/256), 16384] bytes" : "",
                       "), got shape ", b_in.sizes());
-  }
   if (b2)
     TORCH_CHECK_VALUE(b2->sizes() == b.sizes(), op, ": b2 has shape ", b2_in->sizes(), " but b1 has ", b_in.sizes());
   const int64_t K = w4a16 ? a.size(-1) : 2 * a.size(-1);
@@ -633,13 +630,12 @@ bool quantizes_in_kernel(const nvfp4_matmul &p, const float *scale, const at::De
 }
 #endif
 
-/* The W4A4 ops take the checkpoint's bytes, not weights repacked for bf16 (which only the W4A16 kernels read). */
+/* The W4A4 ops take the checkpoint's bytes, as they are or laid out by tile; not weights repacked for bf16
+ * (which only the W4A16 kernels read). */
 void check_w4a4_weights(const char *op, const Arg &b1, const Arg *b2) {
   TORCH_CHECK_TYPE(b1.dtype != at::kInt && (!b2 || b2->dtype != at::kInt), op,
                    ": weights repacked for bf16 (int32) are for gemm_w4a16; give the checkpoint's bytes ",
                    "(ops.unpack_bf16_pairs)");
-  TORCH_CHECK_VALUE(b1.dim() != 4 && (!b2 || b2->dim() != 4), op, ": weights laid out by tile are for gemm_w4a16; ",
-                    "give the checkpoint's bytes [N, K/2] (layouts.from_expert_tiles)");
 }
 
 /* W4A4 with the activations quantized in the call (the gemm_w4a4 ops): x2 (as w4a16_rows gives it, fp16 / bf16)

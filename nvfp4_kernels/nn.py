@@ -26,7 +26,9 @@ have no backward.
 A w4a16 layer of dtype bfloat16 on a GPU holds ``weight`` repacked for bf16 activations
 (``ops.pack_bf16_pairs``: int32 [N, K/8], the same bits in the order its kernels decode fastest)
 and, where N is a multiple of 128, laid out by tile with ``weight_scale`` (``layouts.to_expert_tiles``
-of one expert: int32 [1, N/128, ceil(K/256), 4096] and [1, N/128, ceil(K/256), 2048]);
+of one expert: int32 [1, N/128, ceil(K/256), 4096] and [1, N/128, ceil(K/256), 2048]); a w4a4 layer
+on a GPU holds the checkpoint's bytes laid out so where N is a multiple of 128 (uint8 [1, N/128,
+ceil(K/256), 16384]);
 ``state_dict()`` gives and ``load_state_dict()`` takes the checkpoint's tensors all the same,
 ``weight_codes()`` and ``weight_scales()`` return them and ``set_weight_codes()`` /
 ``set_weight_scales()`` take them.
@@ -297,9 +299,10 @@ class NVFP4Linear(_NVFP4Module):
         return self.mode == "w4a16" and dtype == torch.bfloat16 and device.type == "cuda"
 
     def _tiles(self, name: str, device: torch.device) -> bool:
-        """Whether the weight, repacked, and its scales are also laid out by tile (N a multiple of 128: the
-        kernels copy each tile's codes and scales in long runs; Llama-3 layers 0.76-0.99x the time)."""
-        return self._pairs(device, self.dtype) and self.out_features % layouts.TILE_ROWS == 0
+        """Whether the weight and its scales are laid out by tile (on a GPU, N a multiple of 128; w4a16: the
+        weight repacked): the kernels copy each tile's codes and scales in long runs (docs/PERF.md)."""
+        return (self.mode == "w4a4" and device.type == "cuda" or self._pairs(device, self.dtype)) and \
+            self.out_features % layouts.TILE_ROWS == 0
 
     def _tile_spec(self, name: str) -> Tuple[str, bool, int]:
         return "weight_scale", False, self.in_features

@@ -127,10 +127,10 @@ def gemm_w4a16(x, b, sfb, *, out: Optional[torch.Tensor] = None, alpha: Alpha = 
     significant bits), sums in fp32; the result has x's dtype unless out_dtype (or out) says.
     The weight is decoded in the kernel, or (prefill gemms on Hopper, csrc/cuda/plan.cu) per call into
     scratch of at most 288 MiB for cuBLASLt's GEMM: no dequantized copy is kept. With bf16 x, b may also be
-    ``pack_bf16_pairs(b)`` (int32 [..., K/8]): the same weights in a layout the GPU decodes faster;
-    and those laid out by tile, ``layouts.to_expert_tiles(pack_bf16_pairs(b)[None], sfb[None])`` (N a
-    multiple of 128: int32 [1, N/128, ceil(K/256), 4096] and sfb [1, N/128, ceil(K/256), 2048]), which
-    the GPU copies in long runs (as an unbatched b).
+    ``pack_bf16_pairs(b)`` (int32 [..., K/8]): the same weights in a layout the GPU decodes faster.
+    An unbatched b (bytes, or words with bf16 x) may be laid out by tile with sfb,
+    ``layouts.to_expert_tiles(b[None], sfb[None])`` (N a multiple of 128: uint8 [1, N/128, ceil(K/256),
+    16384], int32 [..., 4096], and sfb [1, N/128, ceil(K/256), 2048]), which the GPU copies in long runs.
     """
     al = _scalar("gemm_w4a16", "alpha", alpha)
     if out is None:
@@ -154,9 +154,10 @@ def gemm_w4a4(x, b, sfb, *, global_scale: Alpha = None, out: Optional[torch.Tens
     """W4A4 as a model's layer runs it: x fp16 / bf16 quantized to NVFP4 with global_scale (as
     quantize), then alpha * x_q @ B^T + bias, in one op (reference.gemm_w4a4).
 
-    x and b as for gemm_w4a16 (b: the checkpoint's bytes). The quantized activation goes either to
-    the kernels of NVFP4 activations as codes and scales, or to those of 16-bit activations as the
-    values the codes stand for (quantized_values), whichever runs faster (csrc/cuda/plan.cu): the
+    x and b as for gemm_w4a16 (b: the checkpoint's bytes, or those laid out by tile). The quantized
+    activation goes either to the kernels of NVFP4 activations as codes and scales, or to those of
+    16-bit activations as the values the codes stand for (quantized_values), whichever runs faster
+    (csrc/cuda/plan.cu; weights laid out by tile: codes for the GEMV of M <= 4 rows only): the
     products are the same. A layer with input scale s passes global_scale = 1 / s and alpha =
     s * weight_scale_2. The result has x's dtype unless out_dtype (or out) says.
     """

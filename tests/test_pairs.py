@@ -135,6 +135,12 @@ def test_dense_by_tile(device, gen, m, n, k):
         x2 = x.reshape(-1, k)
         name, flat = nk.kernel_name("gemm_w4a16", x2, t, ts), nk.kernel_name("gemm_w4a16", x2, w, b.sf)
         assert name == (flat[:-1] + " laid out by tile)" if flat.startswith("w4a16") else flat), (name, flat)
+    # the checkpoint's bytes laid out by tile (what a w4a4 layer holds), bf16 and fp16 x: those of the bytes
+    bt, bts = nk.layouts.to_expert_tiles(b.data[None], b.sf[None])
+    for xx in (x, x.half()):
+        want = nk.gemm_w4a16(xx, b.data, b.sf, alpha=-1.5, bias=bias)
+        got = nk.gemm_w4a16(xx, bt, bts, alpha=-1.5, bias=bias)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), ("bytes", xx.dtype, m, n, k)
 
 
 @pytest.mark.skipif(not cublas_built() or bool(FORCED), reason="the cuBLASLt route: Hopper, a build with it, unforced")
@@ -213,10 +219,8 @@ def test_dense_by_tile_rows_9_to_16(device, gen, m):
 def test_dense_by_tile_bad_arguments(device, gen):
     b = random_operand(None, 128, 256, gen=gen, device=device)
     t, ts = tiled(b)
-    codes_t, _ = nk.layouts.to_expert_tiles(b.data[None], b.sf[None])  # not repacked
     x = torch.zeros(3, 256, dtype=torch.bfloat16, device=device)
     cases = [
-        (lambda: nk.gemm_w4a16(x, codes_t, ts), TypeError, "repacked for bf16 first"),
         (lambda: nk.gemm_w4a16(x.half(), t, ts), TypeError, "need bfloat16 x"),
         (lambda: nk.gemm_w4a16(torch.zeros(3, 512, dtype=torch.bfloat16, device=device), t, ts), ValueError,
          r"ceil\(K/256\)=2"),
@@ -224,7 +228,7 @@ def test_dense_by_tile_bad_arguments(device, gen):
         (lambda: nk.gemm_w4a16(x, t, ts[..., :1024]), ValueError, "sfb laid out by tile must be"),
         (lambda: nk.gemm_w4a16(x, t, b.sf), ValueError, "sfb laid out by tile must be"),
         (lambda: nk.dual_gemm_w4a16(x, t, nk.pack_bf16_pairs(b.data), ts, b.sf), ValueError, "b2 has shape"),
-        (lambda: nk.gemm_w4a4(x, codes_t, ts, global_scale=1.0), ValueError, "laid out by tile are for gemm_w4a16"),
+        (lambda: nk.gemm_w4a4(x, t, ts, global_scale=1.0), TypeError, "repacked for bf16 .* are for gemm_w4a16"),
     ]
     for call, err, match in cases:
         with pytest.raises(err, match=match):

@@ -114,6 +114,47 @@ def test_w4a4_routes(gen):
                        reference.gemm_w4a4(x, b1.data, b1.sf, 0.5), f"route of M = {m}")
 
 
+def by_tile(b):
+    """The checkpoint's bytes laid out by tile (layouts.to_expert_tiles), as a w4a4 NVFP4Linear holds them."""
+    return nk.layouts.to_expert_tiles(b.data[None], b.sf[None])
+
+
+# M = 1 (the dp4a GEMV quantizing x: one and two chunks a lane, rows split or not, K past whole groups of 4 K
+# steps), more (the quantized values on the W4A16 kernels: GEMV, tiles, wgmma)
+TILE_SHAPES = [(1, 256, 4096), (1, 6144, 1024), (1, 4352, 768), (1, 128, 18944), (1, 384, 1088), (1, 4608, 3584),
+               (2, 256, 2048), (3, 384, 512), (4, 128, 4096), (7, 256, 1024), (16, 384, 2048), (40, 256, 512),
+               (200, 128, 1024)]
+
+
+@pytest.mark.parametrize("m,n,k", TILE_SHAPES)
+def test_w4a4_by_tile(device, gen, m, n, k):
+    """Weights laid out by tile: the exact reference (gemm with a bias, dual; bf16 and fp16 x; a NaN block); at
+    M = 1 on the dp4a GEMV, the checkpoint layout's results bit for bit, else on the quantized values."""
+    b, b2 = (random_operand(None, n, k, gen=gen, device=device) for _ in range(2))
+    (t, ts), (t2, ts2) = by_tile(b), by_tile(b2)
+    codes = m == 1
+    for x_dtype in (torch.bfloat16, torch.float16):
+        x = activations((m, k), x_dtype, gen, device)
+        if x_dtype == torch.float16:
+            x[m // 2, k // 3] = float("nan")  # its block's scale is NaN: row m // 2 is NaN
+        g = global_scale_of(x[~torch.isnan(x).any(1)]) if m > 1 else torch.tensor([0.75], device=device)
+        bias = bias_of(n, torch.float32, gen, device)
+        out = poisoned((m, n), device, x_dtype)
+        nk.gemm_w4a4(x, t, ts, global_scale=g, alpha=-0.75, bias=bias, out=out)
+        assert_matches(out, reference.gemm_w4a4(x, b.data, b.sf, g, -0.75, bias), f"by tile {m}x{n}x{k} {x_dtype}")
+        dual = nk.dual_gemm_w4a4(x, t, t2, ts, ts2, global_scale=g, alpha1=0.5, alpha2=-2.0)
+        assert_matches(dual, reference.dual_gemm_w4a4(x, b.data, b2.data, b.sf, b2.sf, g, 0.5, -2.0),
+                       f"dual by tile {m}x{n}x{k} {x_dtype}")
+        if device == "cuda" and codes and m == 1 and not FORCED:  # the same kernel, either layout
+            flat = nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, alpha=-0.75, bias=bias)
+            assert torch.equal(out.view(torch.int16), flat.view(torch.int16)), (m, n, k, x_dtype)
+            flat = nk.dual_gemm_w4a4(x, b.data, b2.data, b.sf, b2.sf, global_scale=g, alpha1=0.5, alpha2=-2.0)
+            assert torch.equal(dual.view(torch.int16), flat.view(torch.int16)), ("dual", m, n, k, x_dtype)
+    if device == "cuda" and not FORCED:
+        for name in (nk.kernel_name("gemm_w4a4", x, t, ts), nk.kernel_name("dual_gemm_w4a4", x, t, t2, ts, ts2)):
+            assert name.startswith("gemv_dp4a") if codes else name.startswith(("w4a16", "wgmma", "cublas")), name
+
+
 @pytest.mark.parametrize("k", [64, 4096, 18944, 28672])
 def test_w4a4_quantized_in_kernel(gen, k):
     """One activation row per batch and a global scale given as a tensor: the dp4a GEMV quantizes the row itself
@@ -184,6 +225,57 @@ def test_w4a4_bad_arguments(gen):
         nk.dual_gemm_w4a4(x, b.data, b.data[:4], b.sf, b.sf)
     with pytest.raises(ValueError, match="kernel_name: dual_gemm_w4a4 takes 5 tensors"):
         nk.kernel_name("dual_gemm_w4a4", x, b.data, b.sf)
+    t, ts = by_tile(random_operand(None, 128, 256, gen=gen))
+    xt = torch.zeros(3, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="gemm_w4a4: sfb laid out by tile must be"):
+        nk.gemm_w4a4(xt, t, ts[..., :1024])
+    with pytest.raises(ValueError, match=r"gemm_w4a4: b laid out by tile must be \[1, N/128, ceil\(K/256\)=2"):
+        nk.gemm_w4a4(torch.zeros(3, 512, dtype=torch.bfloat16), t, ts)
+    with pytest.raises(ValueError, match="dual_gemm_w4a4: b2 has shape"):
+        nk.dual_gemm_w4a4(xt, t, torch.zeros(128, 128, dtype=torch.uint8), ts, ts)
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="gemm_w4a4: global_scale is on cuda"):
             nk.gemm_w4a4(x, b.data, b.sf, global_scale=torch.ones(1, device="cuda"))
+
+
+def test_layer_laid_out_by_tile(device, gen):
+    """A w4a4 NVFP4Linear of N % 128 == 0 on a GPU holds the checkpoint's bytes laid out by tile with its scales
+    (here forced on the CPU too): loading, state_dict, the accessors, set_weight_*, sharding and moves see the
+    checkpoint's tensors, and its outputs are the reference's at decode and prefill row counts."""
+    from helpers import random_layer
+    from test_nn import fake_quantized
+
+    def by_tile_layer(layer):
+        if device == "cpu":
+            layer._relayout(to_tiles=True)
+        assert layer.weight.dim() == 4 and layer.weight.dtype == torch.uint8 and layer.weight_scale.dim() == 4
+        return layer
+
+    src = random_layer(256, 512, True, "w4a4", gen)
+    layer = by_tile_layer(nk.nn.NVFP4Linear(512, 256, True, mode="w4a4", device=device))
+    layer.load_state_dict(src.state_dict())
+    assert layer.weight.dim() == 4 and torch.equal(layer.weight_codes().cpu(), src.weight)
+    assert torch.equal(layer.weight_scales().cpu().view(torch.uint8), src.weight_scale.view(torch.uint8))
+    sd = layer.state_dict()
+    assert sd["weight"].shape == (256, 256) and torch.equal(sd["weight"].cpu(), src.weight)
+    assert torch.equal(sd["weight_scale"].cpu().view(torch.uint8), src.weight_scale.view(torch.uint8))
+    for m in (1, 3, 8, 40):
+        x = activations((m, 512), torch.bfloat16, gen, device)
+        assert_matches(layer(x), fake_quantized(layer, x), f"w4a4 by tile M = {m}")
+    other = random_layer(256, 512, True, "w4a4", gen)
+    layer.set_weight_codes(other.weight.to(device))
+    layer.set_weight_scales(other.weight_scale.to(device))
+    assert layer.weight.dim() == 4 and torch.equal(layer.weight_codes().cpu(), other.weight)
+    x = activations((2, 3, 512), torch.float16, gen, device)
+    assert_matches(layer(x), fake_quantized(layer, x), "w4a4 by tile, set weights, fp16 x")
+    for dim in (0, 1):
+        part = nk.nn.shard(layer, 1, 2, dim=dim)
+        want = other.weight[128:] if dim == 0 else other.weight[:, 128:]
+        assert torch.equal(part.weight_codes().cpu(), want), dim
+        xr = x if dim == 0 else x[..., 256:]
+        assert_matches(part(xr), fake_quantized(part, xr), f"shard dim {dim}")
+    built = nk.nn.NVFP4Linear.from_linear(torch.nn.Linear(512, 256, dtype=torch.bfloat16, device=device),
+                                          input_scale=0.01)
+    assert (built.weight.dim() == 4) == (device == "cuda")
+    back = layer.to("cpu")
+    assert back.weight.dim() == 2 and back.weight.dtype == torch.uint8 and torch.equal(back.weight, other.weight)

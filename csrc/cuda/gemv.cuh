@@ -64,10 +64,12 @@ __device__ __forceinline__ void for_each_item(int items, Item &&item) {
  * warps): each row set is split along K over `split` warps of one CTA,
  * seg_steps steps each; CTA x takes sets x * G .. x * G + G - 1 (G = WARPS /
  * split; warps past G * split idle), `sets` of them in the batch; a row's
- * partial sums meet in shared memory after the loop, added in segment order. */
+ * partial sums meet in shared memory after the loop, added in segment order.
+ * A kernel whose traits say UNEVEN splits `steps` steps that split need not
+ * divide: segment i takes steps [i steps / split, (i + 1) steps / split). */
 struct GemvDeal {
   int set_stride, row_sets, extra;
-  int split, seg_steps, sets;
+  int split, seg_steps, sets, steps;
 };
 
 /* Per device: the dynamic shared memory a kernel was opened up to, and its
@@ -165,14 +167,19 @@ cudaError_t gemv_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_b
     auto per_sm_of = [&](int64_t c) { return (c * p.batch + sms - 1) / sms; };
     if (2 * sets < WARPS * max_ctas) {
       const bool idle = ctas * p.batch < sms;  // the unsplit grid leaves SMs idle: a tie goes to the split
-      auto load = [&](int64_t c, int seg_steps) { return per_sm_of(c) * (seg_steps + CTA_COST); };
+      // an uneven split's segments average steps / s steps, weighed in 1/64 steps (as whole steps it would tie
+      // with splits of fewer CTAs: 8B qkv by tile, 384 sets, 10 warps a set on 128 SMs against 8 on 96)
+      constexpr int64_t UNIT = K::UNEVEN ? 64 : 1;
+      auto load = [&](int64_t c, int seg_steps) { return per_sm_of(c) * (seg_steps + CTA_COST) * UNIT; };
       int64_t best = load(ctas, steps);
-      for (int s = 2; s <= std::min(WARPS, MAX_SPLIT); s++) {
-        const int64_t c = (sets + WARPS / s - 1) / (WARPS / s), l = load(c, steps / s);
-        if (steps % s || steps / s < 2 || c > max_ctas || l > best || (l == best && (deal.split > 1 || !idle)))
+      for (int s = 2; s <= std::min(WARPS, K::SPLITS); s++) {
+        const int64_t c = (sets + WARPS / s - 1) / (WARPS / s);
+        const int64_t l = K::UNEVEN ? per_sm_of(c) * (steps + CTA_COST * s) * UNIT / s : load(c, steps / s);
+        if ((!K::UNEVEN && steps % s) || steps / s < 2 || c > max_ctas || l > best ||
+            (l == best && (deal.split > 1 || !idle)))
           continue;
         best = l, grid = c;
-        deal.split = s, deal.seg_steps = steps / s, deal.sets = (int)sets;
+        deal.split = s, deal.seg_steps = steps / s, deal.sets = (int)sets, deal.steps = steps;
       }
       if (deal.split == 1 && !idle) {
         // unsplit on every SM: k CTAs per SM (each SM as many, every CTA its sets

@@ -44,7 +44,9 @@
  * Runs (gemv_dp4a_can_run): gemv_streams (gemv.cuh), N <= 4, and the vectors
  * (N * K * 1.25 bytes) and the ring within the device's shared memory. LPR *
  * CPL divides K / 32, so a row is whole steps and the copy path has no bounds
- * checks.
+ * checks. One vector's A may be laid out by tile (nvfp4.h, as NVFP4Linear
+ * holds W4A4 weights on a GPU): its copy cursors and its launch differ
+ * (launch_by_tile).
  */
 #include "gemv.cuh"
 #include "kernels.h"
@@ -75,6 +77,10 @@ struct Cfg {
   static constexpr int STAGES = NV > 1 ? STAGES_NV : CPL == 2 ? STAGES_2 : STAGES_1;
   static constexpr int MIN_CTAS = QX ? 1 : NV == 1 ? 0 : 512 / THREADS; /* launch bounds: <= 128 registers */
 };
+
+/* A laid out by tile (nvfp4.h): to the kernels a third scale layout, its codes' layout with it (linear
+ * otherwise: RowSets). */
+constexpr int SF_BY_TILE = 2;
 
 /* Vectors per launch: N (the gemm's columns) of 1 to GEMV_MAX_NV. */
 constexpr int GEMV_MAX_NV = 4;
@@ -158,6 +164,7 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
   static_assert(!SPLIT || NV == 1, "split rows: one vector");
   constexpr int THREADS = Cfg<NV, CPL, QX>::THREADS, STAGES = Cfg<NV, CPL, QX>::STAGES;
   constexpr int SPAN = LPR * CPL;      // chunks of a row per step: CPL per lane, LPR apart
+  constexpr bool TILED = SFA_LAYOUT == SF_BY_TILE;
   extern __shared__ __align__(16) uint8_t smem[];
   const GemvSmem<NV, CPL, QX> plan(p.k);
   const uint4 *b8 = reinterpret_cast<const uint4 *>(smem + plan.b8);
@@ -172,7 +179,10 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
   constexpr int WARPS = THREADS / 32, RPW = Sets::RPW;
   // split rows: this warp's segment of its row set (GemvDeal)
   const int split = SPLIT ? deal.split : 1, seg = SPLIT ? warp % split : 0;
-  const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16), steps = SPLIT ? deal.seg_steps : chunks / SPAN;
+  const int chunks = (int)(p.k / 32), k_blocks = (int)(p.k / 16);
+  // this warp's steps of a row, from step seg_first (GemvDeal: uneven by tile)
+  const int seg_first = SPLIT && TILED ? seg * deal.steps / split : 0;
+  const int steps = !SPLIT ? chunks / SPAN : TILED ? (seg + 1) * deal.steps / split - seg_first : deal.seg_steps;
   const int vb = 2 * chunks, vs = chunks;  // uint4 / float2 between two vectors' planes
   // Row sets dealt CTA by CTA (GemvDeal; contiguous runs of rows per warp
   // measured no faster). Warps past the last row still help decode the vector
@@ -194,17 +204,34 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
   const nvfp4_operand &pa = second ? p.b2 : p.a;  // the matrix this thread streams
   const uint8_t *a_batch = pa.data + l * pa.batch_stride;
   const uint8_t *sfa_batch = pa.sf + l * pa.sf_batch_stride;
-  const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
-  const int64_t sf_half = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * LPR);  // CPL = 2: the second chunk's word
-  int p_step = 0, p_set = set_first;
+  // Laid out by tile (TILED), chunk c of a row is 16 bytes at (c / 2) * NVFP4_TILE_STEP + 16 (c % 2) of its
+  // place, its scale word at (c / 8) * NVFP4_TILE_SF_GROUP + 4 (c / 2 % 4) (nvfp4.h). SPAN is even, so a lane's
+  // c % SPAN never changes: the code cursor moves by a constant, the scale cursor too from 4 K steps of 64 an
+  // item (KS), else by 4 KS and a group's rest where it crosses one (p_ks: the K step's place in its group). A
+  // lane's second chunk (CPL = 2, LPR apart) is K step c / 2 + LPR / 2, in its group where LPR < 8 (c / 2 % 4
+  // is even at LPR = 2 and below 2 at LPR = 4).
+  const int seg_chunk = TILED ? seg_first * SPAN : seg * steps * SPAN;  // the segment's first chunk (split rows)
+  const int ch0 = seg_chunk + q;             // the lane's first chunk of a row
+  constexpr int KS = SPAN / 2;
+  constexpr int64_t a_step = TILED ? KS * NVFP4_TILE_STEP : 16 * SPAN;
+  constexpr int64_t a_half = TILED ? LPR / 2 * NVFP4_TILE_STEP : 16 * LPR;  // CPL = 2: the second chunk
+  const int64_t sf_step = TILED ? KS / 4 * NVFP4_TILE_SF_GROUP : nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * SPAN);
+  const int64_t sf_half = TILED ? (LPR >= 8 ? LPR / 8 * NVFP4_TILE_SF_GROUP : 2 * LPR)  // CPL = 2: the second word
+                                : nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * LPR);
+  int p_step = 0, p_set = set_first, p_ks = 0;
   int64_t p_row = Sets::row(p_set, g);
   const uint8_t *p_a = nullptr, *p_sf = nullptr;
-  const int seg_chunk = seg * steps * SPAN;  // the segment's first chunk of the row (split rows)
   auto rebase = [&]() {
     const int64_t row = min(p_row, p.m - 1);  // rows past the end are read but not stored
-    p_a = a_batch + row * pa.row_stride + 16 * (seg_chunk + q);
-    p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, pa.sf_row_stride, k_blocks, row, 0) +
-           nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * seg_chunk + ((2 * q) & ~3));
+    if constexpr (TILED) {
+      p_a = a_batch + nvfp4_codes_offset(&pa, row, 16 * ch0);
+      p_sf = sfa_batch + nvfp4_operand_sf_offset(&pa, k_blocks, row, (2 * ch0) & ~3);
+      p_ks = (ch0 >> 1) & 3;
+    } else {
+      p_a = a_batch + row * pa.row_stride + 16 * (seg_chunk + q);
+      p_sf = sfa_batch + nvfp4_sf_offset(SFA_LAYOUT, pa.sf_row_stride, k_blocks, row, 0) +
+             nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 2 * seg_chunk + ((2 * q) & ~3));
+    }
   };
   rebase();
   const uint8_t *const s_dst = smem + plan.ring_s + tid * 4;
@@ -213,10 +240,17 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
   auto issue = [&](int stage) {  // stage: a compile-time constant at every call (unrolled loops)
 #pragma unroll
     for (int c = 0; c < CPL; c++) {  // chunk c of the lane: LPR chunks after chunk c - 1
-      cp_async_16(a_dst_s + (stage * CPL + c) * THREADS * 16, p_a + 16 * LPR * c);
+      cp_async_16(a_dst_s + (stage * CPL + c) * THREADS * 16, p_a + a_half * c);
       cp_async_4(s_dst_s + (stage * CPL + c) * THREADS * 4, p_sf + sf_half * c);
     }
-    p_a += 16 * SPAN, p_sf += sf_step;
+    p_a += a_step;
+    if constexpr (TILED && KS < 4) {
+      p_ks += KS;
+      p_sf += 4 * KS + (p_ks >= 4 ? NVFP4_TILE_SF_GROUP - 16 : 0);
+      p_ks &= 3;
+    } else {
+      p_sf += sf_step;
+    }
     if (++p_step == steps) {
       p_step = 0;
       p_set += deal.set_stride;
@@ -417,6 +451,10 @@ template <int SFA, int LPR, int NV, bool DUAL, int CPL, bool QX = false>
 struct Dp4a {
   static constexpr int THREADS = Cfg<NV, CPL, QX>::THREADS, WARPS = Cfg<NV, CPL, QX>::WARPS, VECTORS = NV;
   static constexpr bool CAN_SPLIT = NV == 1;
+  /* A laid out by tile (LPR 2: 16 rows a warp), rows split over up to 32 warps, unevenly: enough warps for a
+   * wave from rows of a few thousand */
+  static constexpr bool UNEVEN = SFA == SF_BY_TILE;
+  static constexpr int SPLITS = UNEVEN ? 32 : MAX_SPLIT;
   template <bool SPLIT>
   static constexpr auto kernel() { return gemv_dp4a_kernel<SFA, LPR, NV, DUAL, CPL, SPLIT, QX>; }
   static int64_t smem(int64_t k) { return GemvSmem<NV, CPL, QX>(k).total; }
@@ -485,6 +523,21 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_b
   }
 }
 
+/* A laid out by tile: one vector (gemv_dp4a_can_run), CPL as launch_shape's, 2 lanes a row: a warp's copy
+ * instruction reads 16 places' 32 bytes of a K step, 512 contiguous bytes, and its row sets split over warps
+ * (Dp4a::UNEVEN) make a wave. H200, 2026-12-02, the linears of Llama-3 8B / 70B, Qwen2.5-7B, Qwen3-32B layers at
+ * M = 1 (x quantized in the kernel), time by tile over the checkpoint layout's: 8 lanes a row (even splits of up
+ * to 8 warps) 1.10-1.28x, 4 lanes (uneven splits) 1.08-1.35x; 2 lanes, even splits 0.93-1.42x (8B down on 64 of
+ * 132 SMs), uneven splits of up to 32 warps 0.91-1.21x (layers 0.98-1.11x; the duals 0.91-1.10x). */
+template <bool QX>
+cudaError_t launch_by_tile(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  constexpr int S = SF_BY_TILE, LPR = 2;
+  if (p.b2.data) return gemv_launch<Dp4a<S, LPR, 1, true, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
+  const bool two = p.k % 128 == 0 && p.m * p.batch >= (int64_t)device_info().sms * 4 * WARPS_1;
+  return two ? gemv_launch<Dp4a<S, LPR, 1, false, 2, QX>>(p, c_vec_stride, bias_by_row, stream)
+             : gemv_launch<Dp4a<S, LPR, 1, false, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
+}
+
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   /* Several vectors: at most 8 lanes per row. Lanes of a warp that share a
@@ -524,6 +577,8 @@ NVFP4_TRACE_ATTACH(gemv_dp4a)
  * launch may take (one vector: one or two chunks per lane). */
 bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (!gemv_streams(p) || p.n > GEMV_MAX_NV) return false;
+  /* A laid out by tile (128 rows, dense): one vector */
+  if (p.b.tile_rows || (p.a.tile_rows && (p.a.tile_rows != NVFP4_TILE_ROWS || p.n != 1))) return false;
   if (p.a_global) /* the vector as 16-bit values (a_type), quantized in the kernel: one, its rows 16-byte aligned */
     return p.n == 1 && p.a_type != NVFP4_E2M1 && !p.offs &&
            std::max(GemvSmem<1, 1, true>(p.k).total, GemvSmem<1, 2, true>(p.k).total) <= dev.smem_optin;
@@ -535,6 +590,9 @@ bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
 }
 
 cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  if (p.a.tile_rows)
+    return p.a_global ? launch_by_tile<true>(p, c_vec_stride, bias_by_row, stream)
+                      : launch_by_tile<false>(p, c_vec_stride, bias_by_row, stream);
   return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, c_vec_stride, bias_by_row, stream)
                                           : launch_shape<NVFP4_SF_BLOCKED>(p, c_vec_stride, bias_by_row, stream);
 }

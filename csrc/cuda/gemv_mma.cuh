@@ -362,7 +362,8 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
 template <int SFA, int NV, bool DUAL, int CPL>
 struct Mma {
   static constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = MmaCfg<NV, CPL>::WARPS, VECTORS = NV;
-  static constexpr bool CAN_SPLIT = true;
+  static constexpr bool CAN_SPLIT = true, UNEVEN = false;
+  static constexpr int SPLITS = MAX_SPLIT;
   template <bool SPLIT>
   static constexpr auto kernel() { return gemv_mma_kernel<SFA, NV, DUAL, SPLIT, CPL>; }
   static int64_t smem(int64_t k) { return MmaSmem<NV, CPL>(k).total; }

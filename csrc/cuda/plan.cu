@@ -207,6 +207,11 @@ bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   /* dense rows quantized in the kernel (a_global, no offs): the dp4a GEMV of one vector, x as that vector */
   if (p.a_global && !p.offs) return k == Kernel::GEMV_DP4A && gemv_dp4a_can_run(p, dev);
+  /* weights laid out by tile (tiles_ok; A of the swapped view): w4a16.cu, wgmma and cuBLASLt's decode read them,
+   * and the dp4a GEMV as its streamed A (W4A4 layers at M <= 4) */
+  if ((p.a.tile_rows || p.b.tile_rows) && k != Kernel::W4A16 && k != Kernel::WGMMA && k != Kernel::CUBLAS &&
+      k != Kernel::GEMV_DP4A)
+    return false;
   /* W4A16: w4a16.cu, wgmma or cuBLASLt */
   if (k == Kernel::W4A16 || k == Kernel::CUBLAS ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false;
   /* rows grouped by expert: 16-bit activations, on w4a16.cu or wgmma; rows by token (a_index) too, wgmma through
@@ -297,20 +302,20 @@ Plan plan_call(const nvfp4_matmul *problems, int count, const DeviceInfo &dev, b
     if ((count == 1 || r.grouped) && takes(r.kernel, r.view, r.when, problems, count, dev, plan) && ok(plan))
       return plan;
   plan = Plan();
-  return plan; /* NONE only for W4A16 where its kernel cannot run: the SIMT kernel runs every NVFP4 problem */
+  return plan; /* NONE for W4A16 where its kernel cannot run and for weights laid out by tile that no codes
+                * kernel reads (can_run); the SIMT kernel runs every other NVFP4 problem */
 }
 
 bool empty(const nvfp4_matmul &p) { return p.m == 0 || p.n == 0 || p.batch == 0; }
 
 /* Weights laid out by tile (nvfp4.h): whole tiles, linear scales, b2 as b; rows grouped by expert 64 or 128 rows
- * a tile, a dense problem's 128 of weights repacked for bf16 (what NVFP4Linear holds on a GPU). Only the w4a16
- * and wgmma kernels read them (16-bit activations go nowhere else: can_run). */
+ * a tile, a dense problem's 128 (what NVFP4Linear holds on a GPU). Read by the kernels can_run lets take them. */
 bool tiles_ok(const nvfp4_matmul &p) {
   const int32_t t = p.b.tile_rows;
   if (p.a.tile_rows || (p.b2.data ? p.b2.tile_rows : 0) != (p.b2.data ? t : 0)) return false;
   if (!t) return true;
   if (p.n % t || p.b.sf_layout != NVFP4_SF_LINEAR || (p.b2.data && p.b2.sf_layout != NVFP4_SF_LINEAR)) return false;
-  return p.offs ? t == 64 || t == NVFP4_TILE_ROWS : t == NVFP4_TILE_ROWS && p.b.codes == NVFP4_CODES_BF16_PAIRS;
+  return p.offs ? t == 64 || t == NVFP4_TILE_ROWS : t == NVFP4_TILE_ROWS;
 }
 
 /* Sizes in range; types known; pointers present unless the problem is empty
@@ -394,9 +399,10 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
   const DeviceInfo &dev = device_info();
   const Plan v = plan_call(values, 1, dev);
   if (v.kernel == Kernel::NONE) return 0;
+  const Plan c = plan_call(codes, 1, dev);
+  if (c.kernel == Kernel::NONE) return 1; /* weights laid out by tile past the dp4a GEMV (can_run) */
   const Forced &f = forced();
   if (f.kernel != Kernel::NONE) return f.kernel == Kernel::W4A16 || f.kernel == Kernel::CUBLAS; /* tests */
-  const Plan c = plan_call(codes, 1, dev);
   return values_pay(p, c.kernel, c.view, v.kernel, dev);
 }
 

@@ -1012,8 +1012,7 @@ Entry gemv_entry(const Config &c) {
 template <int AT>
 Entry entry_of(const Config &c) {
   if (c.gemv) {
-    if constexpr (AT == NVFP4_BF16_PAIRS) /* dense weights by tile: repacked for bf16 (plan.cu's tiles_ok) */
-      if (c.tiles) return c.dual ? gemv_entry<true, AT, true>(c) : gemv_entry<false, AT, true>(c);
+    if (c.tiles) return c.dual ? gemv_entry<true, AT, true>(c) : gemv_entry<false, AT, true>(c); /* dense by tile */
     return c.dual ? gemv_entry<true, AT, false>(c) : gemv_entry<false, AT, false>(c);
   }
   return c.tm == 16 ? entry<AT, 16>(c) : entry<AT, 64>(c);
