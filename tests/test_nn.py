@@ -241,11 +241,13 @@ def test_torch_compile_fullgraph(device, gen):
 
 
 @needs_cuda
+@pytest.mark.parametrize("n,m", [(129, 7), (256, 1), (256, 7)])  # 256: the weight laid out by tile
 @pytest.mark.parametrize("mode", MODES)
-def test_cuda_graph_capture_and_replay(gen, mode):
+def test_cuda_graph_capture_and_replay(gen, mode, n, m):
     """Captured once; new inputs, and new weights and scales loaded in place, are seen by replays."""
-    layer = random_layer(129, 1040, True, mode, gen, "cuda")
-    x = activations((7, 1040), torch.bfloat16, gen, "cuda")
+    layer = random_layer(n, 1040, True, mode, gen, "cuda")
+    assert (layer.weight.dim() == 4) == (n == 256)
+    x = activations((m, 1040), torch.bfloat16, gen, "cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -255,9 +257,9 @@ def test_cuda_graph_capture_and_replay(gen, mode):
     with torch.cuda.graph(graph):
         y = layer(x)
     for step in range(2):
-        x.copy_(activations((7, 1040), torch.bfloat16, gen, "cuda"))
+        x.copy_(activations((m, 1040), torch.bfloat16, gen, "cuda"))
         if step:
-            layer.load_state_dict(random_layer(129, 1040, True, mode, gen, "cpu").state_dict())
+            layer.load_state_dict(random_layer(n, 1040, True, mode, gen, "cpu").state_dict())
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(y, layer(x)), f"replay {step} differs from eager"
