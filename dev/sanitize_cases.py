@@ -239,14 +239,15 @@ def main(only):
                 bad += not close(got, reference.gemm_w4a4(x, b.data, b.sf, 0.5, alpha, bias))
     if section("w4a4 by tile"):
         # the checkpoint's bytes laid out by tile (a w4a4 NVFP4Linear on a GPU): one row on the dp4a GEMV that
-        # quantizes it (bf16 and fp16 x; rows split unevenly over warps, or not; one and two chunks a lane; K past
-        # whole groups of 4 K steps; the dual), then rows on the quantized values (W4A16 kernels by tile)
-        g = torch.tensor([0.5], device=dev)
+        # quantizes it (bf16 x, the global scale a tensor) or after the quantize kernel (fp16 x, a float); rows
+        # split unevenly over warps, or not; one and two chunks a lane; K past whole groups of 4 K steps; the dual;
+        # then rows on the quantized values (W4A16 kernels by tile)
         for m, n, k, x_dtype in [(1, 384, 1088, bf16), (1, 4352, 768, torch.float16), (1, 128, 18944, bf16),
                                  (1, 6144, 1024, bf16), (3, 256, 512, bf16), (40, 384, 1024, torch.float16)]:
             b, b2 = (random_operand(None, n, k, gen=gen, device=dev) for _ in range(2))
             (t, ts), (t2, ts2) = (nk.layouts.to_expert_tiles(o.data[None], o.sf[None]) for o in (b, b2))
             x = torch.randn(m, k, generator=gen).to(x_dtype).to(dev)
+            g = torch.tensor([0.5], device=dev) if x_dtype == bf16 else 0.5
             print("  ", m, n, k, nk.kernel_name("gemm_w4a4", x, t, ts), flush=True)
             got = nk.gemm_w4a4(x, t, ts, global_scale=g, alpha=-0.75)
             bad += not close(got, reference.gemm_w4a4(x, b.data, b.sf, g, -0.75))

@@ -129,7 +129,8 @@ TILE_SHAPES = [(1, 256, 4096), (1, 6144, 1024), (1, 4352, 768), (1, 128, 18944),
 @pytest.mark.parametrize("m,n,k", TILE_SHAPES)
 def test_w4a4_by_tile(device, gen, m, n, k):
     """Weights laid out by tile: the exact reference (gemm with a bias, dual; bf16 and fp16 x; a NaN block); at
-    M = 1 on the dp4a GEMV, the checkpoint layout's results bit for bit, else on the quantized values."""
+    M = 1 on the dp4a GEMV (x quantized in it where its global scale is a tensor, here with bf16 x, else by the
+    quantize kernel first), the checkpoint layout's results bit for bit, else on the quantized values."""
     b, b2 = (random_operand(None, n, k, gen=gen, device=device) for _ in range(2))
     (t, ts), (t2, ts2) = by_tile(b), by_tile(b2)
     codes = m == 1
@@ -137,7 +138,8 @@ def test_w4a4_by_tile(device, gen, m, n, k):
         x = activations((m, k), x_dtype, gen, device)
         if x_dtype == torch.float16:
             x[m // 2, k // 3] = float("nan")  # its block's scale is NaN: row m // 2 is NaN
-        g = global_scale_of(x[~torch.isnan(x).any(1)]) if m > 1 else torch.tensor([0.75], device=device)
+        g = global_scale_of(x[~torch.isnan(x).any(1)]) if m > 1 else \
+            torch.tensor([0.75], device=device) if x_dtype == torch.bfloat16 else 0.75
         bias = bias_of(n, torch.float32, gen, device)
         out = poisoned((m, n), device, x_dtype)
         nk.gemm_w4a4(x, t, ts, global_scale=g, alpha=-0.75, bias=bias, out=out)
