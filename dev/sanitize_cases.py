@@ -122,8 +122,10 @@ def main(only):
     # batch on 132 SMs, >= 12 steps a warp): two steps per item (mma_cpl). M = 5..8 (gemv_mma_pays): the gemm
     # 6 x 200 x 1024 (row sets split over warps), 5 x 4000 x 256 (whole sets per warp), the dual 7 x 300 x 512 in
     # batches of 2, the dual 8 x 64 x 7168 and the gemm 6 x 96 x 7168 in 66 batches (two CTAs per batch, >= 160
-    # steps: two steps per item); and the gemm 300 x 8 x 1024, a GEMV of B's 8 rows as given
-    for op, L, m, n, k in [("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
+    # steps: two steps per item); and the gemm 300 x 8 x 1024, a GEMV of B's 8 rows as given. Sets split
+    # unevenly: 2 x 128 x 3456 (27 steps over 8 warps); three vectors two steps an item: 3 x 64 x 12288 in 66 batches
+    for op, L, m, n, k in [("gemm", None, 2, 128, 3456), ("gemm", 66, 3, 64, 12288),
+                           ("dual", 2, 4, 300, 512), ("gemm", None, 4, 200, 1024), ("gemm", None, 4, 4000, 256),
                            ("dual", 66, 4, 32, 12288), ("gemm", 66, 4, 64, 12288),
                            ("gemm", None, 6, 200, 1024), ("gemm", None, 5, 4000, 256), ("dual", 2, 7, 300, 512),
                            ("dual", 66, 8, 64, 7168), ("gemm", 66, 6, 96, 7168), ("gemm", None, 300, 8, 1024)]:
@@ -241,9 +243,11 @@ def main(only):
         # the checkpoint's bytes laid out by tile (a w4a4 NVFP4Linear on a GPU): one row on the dp4a GEMV that
         # quantizes it (bf16 x, the global scale a tensor) or after the quantize kernel (fp16 x, a float); rows
         # split unevenly over warps, or not; one and two chunks a lane; K past whole groups of 4 K steps; the dual;
-        # then rows on the quantized values (W4A16 kernels by tile)
+        # 2 to 4 rows on the integer-mma GEMV (split sets from an odd step, two steps an item, K past whole
+        # groups); then rows on the quantized values (W4A16 kernels by tile)
         for m, n, k, x_dtype in [(1, 384, 1088, bf16), (1, 4352, 768, torch.float16), (1, 128, 18944, bf16),
-                                 (1, 6144, 1024, bf16), (3, 256, 512, bf16), (40, 384, 1024, torch.float16)]:
+                                 (1, 6144, 1024, bf16), (2, 128, 3456, bf16), (3, 256, 640, torch.float16),
+                                 (4, 128, 24576, bf16), (7, 256, 512, bf16), (40, 384, 1024, torch.float16)]:
             b, b2 = (random_operand(None, n, k, gen=gen, device=dev) for _ in range(2))
             (t, ts), (t2, ts2) = (nk.layouts.to_expert_tiles(o.data[None], o.sf[None]) for o in (b, b2))
             x = torch.randn(m, k, generator=gen).to(x_dtype).to(dev)

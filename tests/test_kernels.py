@@ -83,7 +83,7 @@ for _kernel, _cases in CASES.items():
     if _kernel not in ("w4a16", "cublas"):
         _cases += [(op + "+", *rest) for op, *rest in _cases[:4]]
 # A forced kernel (and variant) -> the test files run in its child besides this one.
-FORCES = {"gemv_dp4a": [], "gemv_mma": [], "skinny": ["test_skinny.py"],
+FORCES = {"gemv_dp4a": [], "gemv_mma": ["test_w4a4.py"], "skinny": ["test_skinny.py"],
           "wgmma": ["test_epilogue.py", "test_grouped_mm.py", "test_pairs.py", "test_w4a4.py"],
           "wgmma:decode": ["test_tensor_cores.py", "test_epilogue.py", "test_pairs.py", "test_grouped_mm.py"],
           "mma": ["test_mma.py"], "mma:wk1": ["test_mma.py"], "mma:wk4": ["test_mma.py"], "simt": [],

@@ -120,20 +120,23 @@ def by_tile(b):
 
 
 # M = 1 (the dp4a GEMV quantizing x: one and two chunks a lane, rows split or not, K past whole groups of 4 K
-# steps), more (the quantized values on the W4A16 kernels: GEMV, tiles, wgmma)
+# steps), 2 and 4 (the integer-mma GEMV: one and two steps an item (4 x 128 x 24576), sets split unevenly, from
+# odd steps (2 x 128 x 3456: 27 steps over 8 warps), K past whole groups (640); 3 rows too where it is forced
+# (test_kernels' child)), more (the quantized values on the W4A16 kernels: GEMV, tiles, wgmma)
 TILE_SHAPES = [(1, 256, 4096), (1, 6144, 1024), (1, 4352, 768), (1, 128, 18944), (1, 384, 1088), (1, 4608, 3584),
-               (2, 256, 2048), (3, 384, 512), (4, 128, 4096), (7, 256, 1024), (16, 384, 2048), (40, 256, 512),
-               (200, 128, 1024)]
+               (2, 256, 2048), (2, 128, 3456), (2, 256, 640), (3, 384, 512), (3, 128, 24576), (4, 128, 4096),
+               (4, 128, 24576), (4, 4096, 1024), (7, 256, 1024), (16, 384, 2048), (40, 256, 512), (200, 128, 1024)]
 
 
 @pytest.mark.parametrize("m,n,k", TILE_SHAPES)
 def test_w4a4_by_tile(device, gen, m, n, k):
     """Weights laid out by tile: the exact reference (gemm with a bias, dual; bf16 and fp16 x; a NaN block); at
     M = 1 on the dp4a GEMV (x quantized in it where its global scale is a tensor, here with bf16 x, else by the
-    quantize kernel first), the checkpoint layout's results bit for bit, else on the quantized values."""
+    quantize kernel first), at 2 and 4 on the integer-mma GEMV: the checkpoint layout's results bit for bit where
+    that runs the same kernel; other row counts on the quantized values."""
     b, b2 = (random_operand(None, n, k, gen=gen, device=device) for _ in range(2))
     (t, ts), (t2, ts2) = by_tile(b), by_tile(b2)
-    codes = m == 1
+    codes = m in (1, 2, 4)  # plan.cu: 3 rows by tile take the values
     for x_dtype in (torch.bfloat16, torch.float16):
         x = activations((m, k), x_dtype, gen, device)
         if x_dtype == torch.float16:
@@ -147,14 +150,18 @@ def test_w4a4_by_tile(device, gen, m, n, k):
         dual = nk.dual_gemm_w4a4(x, t, t2, ts, ts2, global_scale=g, alpha1=0.5, alpha2=-2.0)
         assert_matches(dual, reference.dual_gemm_w4a4(x, b.data, b2.data, b.sf, b2.sf, g, 0.5, -2.0),
                        f"dual by tile {m}x{n}x{k} {x_dtype}")
-        if device == "cuda" and codes and m == 1 and not FORCED:  # the same kernel, either layout
-            flat = nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, alpha=-0.75, bias=bias)
-            assert torch.equal(out.view(torch.int16), flat.view(torch.int16)), (m, n, k, x_dtype)
-            flat = nk.dual_gemm_w4a4(x, b.data, b2.data, b.sf, b2.sf, global_scale=g, alpha1=0.5, alpha2=-2.0)
-            assert torch.equal(dual.view(torch.int16), flat.view(torch.int16)), ("dual", m, n, k, x_dtype)
+        if device == "cuda" and codes and not FORCED:  # the same kernel (same name), either layout: the same bits
+            if nk.kernel_name("gemm_w4a4", x, t, ts) == nk.kernel_name("gemm_w4a4", x, b.data, b.sf):
+                flat = nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, alpha=-0.75, bias=bias)
+                assert torch.equal(out.view(torch.int16), flat.view(torch.int16)), (m, n, k, x_dtype)
+            if nk.kernel_name("dual_gemm_w4a4", x, t, t2, ts, ts2) == \
+                    nk.kernel_name("dual_gemm_w4a4", x, b.data, b2.data, b.sf, b2.sf):
+                flat = nk.dual_gemm_w4a4(x, b.data, b2.data, b.sf, b2.sf, global_scale=g, alpha1=0.5, alpha2=-2.0)
+                assert torch.equal(dual.view(torch.int16), flat.view(torch.int16)), ("dual", m, n, k, x_dtype)
     if device == "cuda" and not FORCED:
         for name in (nk.kernel_name("gemm_w4a4", x, t, ts), nk.kernel_name("dual_gemm_w4a4", x, t, t2, ts, ts2)):
-            assert name.startswith("gemv_dp4a") if codes else name.startswith(("w4a16", "wgmma", "cublas")), name
+            want = "gemv_dp4a" if m == 1 else "gemv_mma" if codes else ("w4a16", "wgmma", "cublas")
+            assert name.startswith(want), (m, name)
 
 
 @pytest.mark.parametrize("k", [64, 4096, 18944, 28672])

@@ -28,6 +28,10 @@ namespace {
 /* The most warps a row set is split over. */
 constexpr int MAX_SPLIT = 8;
 
+/* A (the streamed rows) laid out by tile (nvfp4.h): to the kernels a third scale layout, its codes' layout with it
+ * (NVFP4_SF_LINEAR or NVFP4_SF_BLOCKED otherwise, the codes row_stride apart). */
+constexpr int SF_BY_TILE = 2;
+
 /* Chunk c (codes 32c..32c+31) of vector j of the batch's b: its 16 bytes and
  * the e4m3 bytes of its two scale blocks. */
 struct BChunk {

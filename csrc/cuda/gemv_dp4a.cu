@@ -78,10 +78,6 @@ struct Cfg {
   static constexpr int MIN_CTAS = QX ? 1 : NV == 1 ? 0 : 512 / THREADS; /* launch bounds: <= 128 registers */
 };
 
-/* A laid out by tile (nvfp4.h): to the kernels a third scale layout, its codes' layout with it (linear
- * otherwise: RowSets). */
-constexpr int SF_BY_TILE = 2;
-
 /* Vectors per launch: N (the gemm's columns) of 1 to GEMV_MAX_NV. */
 constexpr int GEMV_MAX_NV = 4;
 

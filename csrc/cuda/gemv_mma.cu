@@ -6,8 +6,10 @@
 
 NVFP4_TRACE_ATTACH(gemv_mma)
 
-/* gemv_streams, 2 to 8 vectors, K % 128 == 0, the one-step build's shared memory. */
+/* gemv_streams, 2 to 8 vectors (A laid out by tile, dense: 2 to 4), K % 128 == 0, the one-step build's shared
+ * memory. */
 bool gemv_mma_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  if (p.b.tile_rows || (p.a.tile_rows && (p.a.tile_rows != NVFP4_TILE_ROWS || p.n > GEMV_MMA_TILED_NV))) return false;
   return gemv_streams(p) && p.n >= 2 && p.n <= GEMV_MMA_MAX_NV && p.k % 128 == 0 && mma_smem_fits<1>(p, dev);
 }
 
@@ -18,6 +20,7 @@ int64_t gemv_mma_share_steps(const nvfp4_matmul &p, const DeviceInfo &dev) {
 }
 
 cudaError_t gemv_mma_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  if (p.a.tile_rows) return gemv_mma_launch_tiled(p, c_vec_stride, bias_by_row, stream);
   return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_vectors<NVFP4_SF_LINEAR>(p, c_vec_stride, bias_by_row, stream)
                                           : gemv_mma_launch_blocked(p, c_vec_stride, bias_by_row, stream);
 }

@@ -47,7 +47,10 @@
  * light where dp4a's reaches 0.86.
  *
  * Runs (gemv_mma_can_run): gemv_streams (gemv.cuh), K % 128 == 0, the vectors
- * (NV x K x 1.25 bytes) and rings in shared memory.
+ * (NV x K x 1.25 bytes) and rings in shared memory. A laid out by tile (nvfp4.h,
+ * as NVFP4Linear holds W4A4 weights on a GPU; 2 to 4 vectors): only the copy
+ * cursors differ (TILED); a warp's copy then reads 256 contiguous bytes of a
+ * tile step per 8 rows.
  */
 #pragma once
 #include "gemv.cuh"
@@ -148,29 +151,40 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
   const int64_t l = l_base + blockIdx.y;
   // sets dealt as GemvDeal says; split: this warp's segment of its set
   const int split = SPLIT ? deal.split : 1, seg = SPLIT ? warp % split : 0;
-  const int k_blocks = (int)(p.k / 16), steps = SPLIT ? deal.seg_steps : (int)(p.k / (128 * CPL));  // items
+  // this warp's items of a row, from item seg_first (GemvDeal: splits need not divide them)
+  const int seg_first = SPLIT ? seg * deal.steps / split : 0;
+  const int k_blocks = (int)(p.k / 16), steps = SPLIT ? (seg + 1) * deal.steps / split - seg_first : (int)(p.k / (128 * CPL));
   const int set_first = SPLIT ? (int)blockIdx.x * (WARPS / split) + warp / split : warp * (int)gridDim.x + (int)blockIdx.x;
   const int row_sets = SPLIT ? (warp < WARPS / split * split && set_first < deal.sets ? 1 : 0)
                              : deal.row_sets + (set_first < deal.extra ? 1 : 0);
   const int items = row_sets * steps;
-  const int seg_step = CPL * seg * steps;  // the segment's first step of the row (split sets)
+  const int seg_step = CPL * seg_first;  // the segment's first step of the row (split sets)
+  constexpr bool TILED = SFA_LAYOUT == SF_BY_TILE;
   // Row h (0: rows g, 1: g + 8; dual: row g of A, then of A2) of set s.
   auto set_row = [&](int s, int h) { return DUAL ? (int64_t)s * 8 + g : (int64_t)s * 16 + g + 8 * h; };
   pdl_wait();  // common.cuh: nothing global is touched before this
 
-  // Producer: this thread's next (set, step) to copy, both rows.
-  const int64_t sf_step = nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 8);
-  int p_step = 0, p_set = set_first;
+  // Producer: this thread's next (set, step) to copy, both rows. Laid out by tile (TILED), step i of a row is
+  // tile K steps 2i, 2i + 1 (chunk t in step 2i + t / 2, at 16 (t % 2) of its place's 32 bytes: i 2 tile steps
+  // on), its scale word at (i / 2) NVFP4_TILE_SF_GROUP + 8 (i % 2) + 4 (t / 2) of the place's: 8 on from an even
+  // step, a group less 8 from an odd one (p_odd: the step's parity).
+  constexpr int64_t a_step = TILED ? 2 * NVFP4_TILE_STEP : 64;
+  const int64_t sf_step = TILED ? 8 : nvfp4_sf_offset(SFA_LAYOUT, 0, k_blocks, 0, 8);
+  int p_step = 0, p_set = set_first, p_odd = 0;
   const uint8_t *p_a[2], *p_sf[2];
   auto rebase = [&]() {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const nvfp4_operand &op = DUAL && h ? p.b2 : p.a;
       const int64_t row = min(set_row(p_set, h), p.m - 1);  // rows past the end are read but not stored
-      p_a[h] = op.data + l * op.batch_stride + row * op.row_stride + 64 * seg_step + 16 * t;
+      const int64_t chunk = TILED ? nvfp4_codes_offset(&op, row, 64 * seg_step) + (t >> 1) * NVFP4_TILE_STEP + 16 * (t & 1)
+                                  : row * op.row_stride + 64 * seg_step + 16 * t;
+      p_a[h] = op.data + l * op.batch_stride + chunk;
       p_sf[h] = op.sf + l * op.sf_batch_stride +
-                nvfp4_sf_offset(SFA_LAYOUT, op.sf_row_stride, k_blocks, row, 8 * seg_step + 4 * (t >> 1));
+                (TILED ? nvfp4_operand_sf_offset(&op, k_blocks, row, 8 * seg_step + 4 * (t >> 1))
+                       : nvfp4_sf_offset(SFA_LAYOUT, op.sf_row_stride, k_blocks, row, 8 * seg_step + 4 * (t >> 1)));
     }
+    p_odd = seg_step & 1;
   };
   rebase();
   uint32_t a_dst = smem_addr(smem + plan.ring_a + tid * 16), s_dst = smem_addr(smem + plan.ring_s + tid * 4);
@@ -180,11 +194,15 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
     for (int h = 0; h < 2; h++) {
 #pragma unroll
       for (int c = 0; c < CPL; c++) {  // a row's steps one after another: whole 128-byte lines with CPL = 2
-        cp_async_16_l2_128(a_dst + ((stage * CPL + c) * 2 + h) * THREADS * 16, p_a[h] + 64 * c, 16);
+        cp_async_16_l2_128(a_dst + ((stage * CPL + c) * 2 + h) * THREADS * 16, p_a[h] + a_step * c, 16);
         cp_async_4(s_dst + ((stage * CPL + c) * 2 + h) * THREADS * 4, p_sf[h] + c * sf_step);
       }
-      p_a[h] += 64 * CPL, p_sf[h] += CPL * sf_step;
+      p_a[h] += a_step * CPL;
+      // by tile, two steps (seg_step even) are a group's scales; one step moves on by its parity
+      if constexpr (TILED) p_sf[h] += CPL == 2 ? NVFP4_TILE_SF_GROUP : p_odd ? NVFP4_TILE_SF_GROUP - 8 : 8;
+      else p_sf[h] += CPL * sf_step;
     }
+    if (TILED && CPL == 1) p_odd ^= 1;
     if (++p_step == steps) {
       p_step = 0;
       p_set += deal.set_stride;
@@ -362,7 +380,9 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
 template <int SFA, int NV, bool DUAL, int CPL>
 struct Mma {
   static constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = MmaCfg<NV, CPL>::WARPS, VECTORS = NV;
-  static constexpr bool CAN_SPLIT = true, UNEVEN = false;
+  /* splits need not divide a set's items (GemvDeal): Qwen2.5-7B down at M = 4, 224 sets of 74 items, took the
+   * only even split, 2 warps a set on 28 CTAs (57.3 us); split 8 unevenly on 112 CTAs 25.0 us (H200, 2026-12-03) */
+  static constexpr bool CAN_SPLIT = true, UNEVEN = true;
   static constexpr int SPLITS = MAX_SPLIT;
   template <bool SPLIT>
   static constexpr auto kernel() { return gemv_mma_kernel<SFA, NV, DUAL, SPLIT, CPL>; }
@@ -381,14 +401,14 @@ bool mma_smem_fits(const nvfp4_matmul &p, const DeviceInfo &dev) {
 }
 
 /* Two steps per item where the warps' shares are long and the two-step build
- * fits (K % 256 == 0, its ring in shared memory). 4 vectors from 12 steps a
- * warp (H100, CPL 1 -> 2: 28-56 steps the gemm 8-15% and the dual 10-18%
- * faster, 12 steps 1-3%, 10 within 1%, 2-8 steps up to 10% slower); 5 to 8
- * from 10 (the gemm up to 12%, the dual 1-12% faster at 168-1792 steps a
- * CTA, within 1% at 112-128); 2 and 3 vectors one step. An 8-deep ring of
- * one step: 16-62% slower. */
+ * fits (K % 256 == 0, its ring in shared memory). 3 and 4 vectors (two n8
+ * tiles) from 12 steps a warp (H100, CPL 1 -> 2 at 4: 28-56 steps the gemm
+ * 8-15% and the dual 10-18% faster, 12 steps 1-3%, 10 within 1%, 2-8 steps up
+ * to 10% slower); 5 to 8 from 10 (the gemm up to 12%, the dual 1-12% faster
+ * at 168-1792 steps a CTA, within 1% at 112-128); 2 vectors one step. An
+ * 8-deep ring of one step: 16-62% slower. */
 int mma_cpl(const nvfp4_matmul &p, const DeviceInfo &dev) {
-  if (p.n < 4 || p.k % 256 || !mma_smem_fits<2>(p, dev)) return 1;
+  if (p.n < 3 || p.k % 256 || !mma_smem_fits<2>(p, dev)) return 1;
   return gemv_mma_share_steps(p, dev) >= (p.n <= 4 ? 12 : 10) * MmaCfg<4, 1>::WARPS ? 2 : 1;
 }
 
@@ -404,12 +424,12 @@ cudaError_t launch_cpl(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by
                                         : launch_build<SFA, NV, 1>(p, c_vec_stride, bias_by_row, stream);
 }
 
-/* 4 to 8 vectors one or two steps per item (mma_cpl); 2 and 3 one. */
+/* 3 to 8 vectors one or two steps per item (mma_cpl); 2 one. */
 template <int SFA>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   switch (p.n) {
     case 2: return launch_build<SFA, 2, 1>(p, c_vec_stride, bias_by_row, stream);
-    case 3: return launch_build<SFA, 3, 1>(p, c_vec_stride, bias_by_row, stream);
+    case 3: return launch_cpl<SFA, 3>(p, c_vec_stride, bias_by_row, stream);
     case 4: return launch_cpl<SFA, 4>(p, c_vec_stride, bias_by_row, stream);
     case 5: return launch_cpl<SFA, 5>(p, c_vec_stride, bias_by_row, stream);
     case 6: return launch_cpl<SFA, 6>(p, c_vec_stride, bias_by_row, stream);
@@ -420,7 +440,12 @@ cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bia
 
 }  // namespace
 
-/* The launches of blocked activation scales, in a compilation unit of their
- * own (gemv_mma_blocked.cu) so that the two layouts' builds compile in
- * parallel; gemv_mma.cu has the linear ones and the entries of kernels.h. */
+/* The launches of blocked activation scales and of A laid out by tile (2 to 4
+ * vectors), each in a compilation unit of its own (gemv_mma_blocked.cu,
+ * gemv_mma_tiled.cu) so that the layouts' builds compile in parallel;
+ * gemv_mma.cu has the linear ones and the entries of kernels.h. */
 cudaError_t gemv_mma_launch_blocked(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);
+cudaError_t gemv_mma_launch_tiled(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream);
+
+/* The most vectors of A laid out by tile: 5 to 8 rows of a W4A4 layer take the quantized values (plan.cu). */
+constexpr int GEMV_MMA_TILED_NV = 4;

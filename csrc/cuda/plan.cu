@@ -85,6 +85,15 @@ bool skinny_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
   return p.k >= 8192 && (p.m <= 8 || (double)p.batch * p.n * p.k >= (double)(1ll << 26));
 }
 
+/* Where it pays (above); 2 and 4 vectors laid out by tile (a W4A4 layer's weights on a GPU) always, 3 never (they
+ * take the quantized values: nvfp4_matmul_cuda_prefers_values). Layers' linears by tile (H200, 2026-12-03, one
+ * build, one round, bench_models w4a4t, NVFP4_FORCE_KERNEL=w4a16 for the values), time over the values': Llama-3 8B
+ * M = 2 0.77x (gate_up 25.0 / 36.6 us), M = 4 0.86x; 70B 0.82x, 0.90x; Qwen2.5-7B 0.79x, 0.90x (down at M = 4 1.05x);
+ * M = 3 1.11x, 1.25x, 1.13x (the three-vector build takes 1.3-1.4x the four-vector one's time on gate_up). */
+bool gemv_mma_pays_or_tiled(const nvfp4_matmul &p, const DeviceInfo &dev) {
+  return p.a.tile_rows ? p.n != 3 : gemv_mma_pays(p, dev);
+}
+
 /* Hopper, 5 to 8 vectors where the integer-mma GEMV pays. */
 bool hopper_wide_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
   return dev.major == 9 && dev.minor == 0 && p.n > 4 && gemv_mma_pays(p, dev);
@@ -177,7 +186,7 @@ constexpr Rule RULES[] = {
     {Kernel::SKINNY, View::GIVEN, false, skinny_pays},
     /* M <= 8 activation rows: the weights streamed once against them (M = 1..4 on a 128-row wgmma tile spends
      * ~0.6 us per 256 x 64 step on the weights' decode: 2-4x slower) */
-    {Kernel::GEMV_MMA, View::SWAPPED, false, gemv_mma_pays},
+    {Kernel::GEMV_MMA, View::SWAPPED, false, gemv_mma_pays_or_tiled},
     {Kernel::GEMV_DP4A, View::SWAPPED, false, always},
     /* larger M: tensor cores; wgmma on Hopper (0.6-0.9 of the fp16 rate on large shapes), else mma.sync (0.33 of
      * the wgmma rate at 4096^3 on an H100, ~16x the SIMT kernel) */
@@ -203,14 +212,16 @@ bool view_of(const nvfp4_matmul &p, View view, nvfp4_matmul &q, int64_t &c_vec_s
   return true;
 }
 
+bool is_gemv(Kernel k) { return k == Kernel::GEMV_DP4A || k == Kernel::GEMV_MMA; }
+
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
   /* dense rows quantized in the kernel (a_global, no offs): the dp4a GEMV of one vector, x as that vector */
   if (p.a_global && !p.offs) return k == Kernel::GEMV_DP4A && gemv_dp4a_can_run(p, dev);
   /* weights laid out by tile (tiles_ok; A of the swapped view): w4a16.cu, wgmma and cuBLASLt's decode read them,
-   * and the dp4a GEMV as its streamed A (W4A4 layers at M <= 4) */
+   * and the GEMVs as their streamed A (W4A4 layers at M <= 4: dp4a one row, integer mma 2 to 4) */
   if ((p.a.tile_rows || p.b.tile_rows) && k != Kernel::W4A16 && k != Kernel::WGMMA && k != Kernel::CUBLAS &&
-      k != Kernel::GEMV_DP4A)
+      !is_gemv(k))
     return false;
   /* W4A16: w4a16.cu, wgmma or cuBLASLt */
   if (k == Kernel::W4A16 || k == Kernel::CUBLAS ? !w4a16 : w4a16 && k != Kernel::WGMMA) return false;
@@ -232,7 +243,6 @@ bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   }
 }
 
-bool is_gemv(Kernel k) { return k == Kernel::GEMV_DP4A || k == Kernel::GEMV_MMA; }
 bool is_tile(Kernel k) { return k == Kernel::W4A16 || k == Kernel::WGMMA || k == Kernel::MMA || k == Kernel::SIMT; }
 
 /* NVFP4_FORCE_KERNEL (tests): the kernel, and its option (wgmma: decode,
