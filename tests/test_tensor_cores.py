@@ -379,14 +379,14 @@ def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
 def test_gemv_chunks_per_lane(gen, layout, rows, k, chunks):
     """A GEMV of one vector streams two 16-byte chunks per lane and step where K % 128 == 0 and
     there is a row for every warp of a full wave (4 CTAs of 8 warps per multiprocessor), one where
-    K % 128 == 64 or rows are few (csrc/cuda/gemv_dp4a.cu, launch_shape): the kernel's last template
-    argument, and the result."""
+    K % 128 == 64 or rows are few (csrc/cuda/gemv_dp4a.cu, launch_shape): the kernel's CPL template
+    argument (then SPLIT and QX), and the result."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     m = 32 * sms + 3 if rows == "wave" else 500
     a, b = gemv_problem(None, m, k, gen, "cuda", (layout, "linear"))
     out = poisoned((m,), "cuda")
     _, names = launched(lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out))
-    assert any(re.search(rf"gemv_dp4a_kernel<\d+, \d+, 1, false, {chunks}, (true|false)>", n) for n in names), names
+    assert any(re.search(rf"gemv_dp4a_kernel<\d+, \d+, 1, false, {chunks}, (true|false), false>", n) for n in names), names
     assert_matches(out, ref_gemv(a, b), f"gemv M={m} K={k} {layout} on cuda")
 
 
@@ -450,7 +450,9 @@ def test_gemv_split_rows(gen, layout, op, L, m, n, k, linear, blocked):
         out = poisoned((*([L] if L else []), m, n), "cuda")
         call = lambda: nk.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf, out=out)  # noqa: E731
         ref = reference.dual_gemm(a.data, b1.data, b2.data, a.sf, b1.sf, b2.sf)
-    grids = [(g, ", true>(" in name) for name, g in launched_grids(call) if is_gemv(name)]
+    # the SPLIT template argument: gemv_dp4a_kernel<SFA, LPR, NV, DUAL, CPL, SPLIT, QX>
+    grids = [(g, bool(re.search(r"gemv_dp4a_kernel<(?:\w+, ){5}true,", name))) for name, g in launched_grids(call)
+             if is_gemv(name)]
     assert grids == [((grid, L or 1, 1), split)], grids
     assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} {layout} on cuda")
 
