@@ -145,7 +145,7 @@ def mma_share_steps(op, n, k, L):
 def mma_rule(op, m, n, k, L=None):
     """Whether the integer-mma GEMV takes M = m vectors against n rows of K = k (csrc/cuda/plan.cu,
     gemv_mma_pays; aligned operands; forced: wherever it fits, the tests' K <= 16384 does). K % 128
-    == 0, and by the busiest CTA's steps: 4 vectors always; 2 or 3 at 56 to 191 steps; 5 or 6 below
+    == 0, and by the busiest CTA's steps: 4 vectors always; 2 or 3 from 56 steps; 5 or 6 below
     448 (the dual: always), 7 or 8 below 160 (the dual: 256)."""
     if not torch.cuda.is_available() or k % 128 or not 2 <= m <= 8 or (m > 4 and k > 16384):
         return False
@@ -158,7 +158,7 @@ def mma_rule(op, m, n, k, L=None):
         if op == "dual":
             return m <= 6 or steps < 16 * 16
         return steps < (28 * 16 if m <= 6 else 10 * 16)
-    return 56 <= steps < 12 * 16
+    return steps >= 56
 
 
 def captured_graph(fn):

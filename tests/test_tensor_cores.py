@@ -288,7 +288,7 @@ def mma_expected(op, m, n, k, L=None, swapped=True):
                                      (3, 1000, 8192, None), (2, 1000, 8192, 2)])
 def test_vectors_on_mma(gen, op, layout, m, n, k, L):
     """Two to four activation rows: the GEMV's integer-mma kernel where K % 128 == 0 (two or
-    three where the warps get 3.5 to 12 steps each), else the dp4a loop; either way the exact
+    three where the warps get 3.5 steps or more each), else the dp4a loop; either way the exact
     result, every output written. The shapes give the mma kernel rows split over 2 to 8 warps,
     whole rows per warp, several sets a warp, batches, a last set past N and an odd vector count;
     some take the dp4a loop (short or long shares, K % 128 == 64, one row)."""

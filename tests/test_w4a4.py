@@ -120,11 +120,11 @@ def by_tile(b):
 
 
 # M = 1 (the dp4a GEMV quantizing x: one and two chunks a lane, rows split or not, K past whole groups of 4 K
-# steps), 2 and 4 (the integer-mma GEMV: one and two steps an item (4 x 128 x 24576), sets split unevenly, from
-# odd steps (2 x 128 x 3456: 27 steps over 8 warps), K past whole groups (640); 3 rows too where it is forced
-# (test_kernels' child)), more (the quantized values on the W4A16 kernels: GEMV, tiles, wgmma)
+# steps), 2 to 4 (the integer-mma GEMV: one and two steps an item (3, 4 x 128 x 24576), sets split unevenly, from
+# odd steps (2, 3 x 128 x 3456: 27 steps over 8 warps), K past whole groups (640); 3 rows on its four-vector
+# build), more (the quantized values on the W4A16 kernels: GEMV, tiles, wgmma)
 TILE_SHAPES = [(1, 256, 4096), (1, 6144, 1024), (1, 4352, 768), (1, 128, 18944), (1, 384, 1088), (1, 4608, 3584),
-               (2, 256, 2048), (2, 128, 3456), (2, 256, 640), (3, 384, 512), (3, 128, 24576), (4, 128, 4096),
+               (2, 256, 2048), (2, 128, 3456), (2, 256, 640), (3, 384, 512), (3, 128, 3456), (3, 128, 24576), (4, 128, 4096),
                (4, 128, 24576), (4, 4096, 1024), (7, 256, 1024), (16, 384, 2048), (40, 256, 512), (200, 128, 1024)]
 
 
@@ -132,11 +132,11 @@ TILE_SHAPES = [(1, 256, 4096), (1, 6144, 1024), (1, 4352, 768), (1, 128, 18944),
 def test_w4a4_by_tile(device, gen, m, n, k):
     """Weights laid out by tile: the exact reference (gemm with a bias, dual; bf16 and fp16 x; a NaN block); at
     M = 1 on the dp4a GEMV (x quantized in it where its global scale is a tensor, here with bf16 x, else by the
-    quantize kernel first), at 2 and 4 on the integer-mma GEMV: the checkpoint layout's results bit for bit where
+    quantize kernel first), at 2 to 4 on the integer-mma GEMV: the checkpoint layout's results bit for bit where
     that runs the same kernel; other row counts on the quantized values."""
     b, b2 = (random_operand(None, n, k, gen=gen, device=device) for _ in range(2))
     (t, ts), (t2, ts2) = by_tile(b), by_tile(b2)
-    codes = m in (1, 2, 4)  # plan.cu: 3 rows by tile take the values
+    codes = m <= 4  # plan.cu: the codes' GEMVs up to 4 rows by tile
     for x_dtype in (torch.bfloat16, torch.float16):
         x = activations((m, k), x_dtype, gen, device)
         if x_dtype == torch.float16:

@@ -149,6 +149,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
   float *const part = reinterpret_cast<float *>(smem + plan.part);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int64_t l = l_base + blockIdx.y;
+  const int nv = (int)p.n;  // the vectors: NV, or fewer on a larger build (launch_vectors)
   // sets dealt as GemvDeal says; split: this warp's segment of its set
   const int split = SPLIT ? deal.split : 1, seg = SPLIT ? warp % split : 0;
   // this warp's items of a row, from item seg_first (GemvDeal: splits need not divide them)
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
     return load_b_chunk(p.b, b_batch, sfb_batch, k_blocks, j, f - j * chunks);
   };
   VectorBatches<4, THREADS> vectors;
-  vectors.first(tid, NV * chunks, load_b);
+  vectors.first(tid, nv * chunks, load_b);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < items) issue(s);
@@ -240,9 +241,9 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
       sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s0);
       sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s1);
     };
-    vectors.rest(tid, NV * chunks, load_b, store_b);
-    if (NV % 2)  // the odd vector count's last column: scales 0 (its B reads the zero block)
-      for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + NV] = sbw[c * 4 * U + 2 * U + NV] = 0.f;
+    vectors.rest(tid, nv * chunks, load_b, store_b);
+    for (int v = nv; v < 2 * U; v++)  // the columns past the vectors: scales 0 (their B reads the zero block)
+      for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + v] = sbw[c * 4 * U + 2 * U + v] = 0.f;
     if (tid < 8) reinterpret_cast<uint32_t *>(smem + plan.zero)[tid] = 0u;
     if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
   }
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
 #pragma unroll
   for (int u = 0; u < U; u++) {
     const int v = 2 * u + (g & 1);
-    const bool on = (g >> 1) == t && v < NV;
+    const bool on = (g >> 1) == t && v < nv;
     b_base[u] = smem_addr(smem + (on ? plan.b8 + v * plan.plane + 32 * t : plan.zero));
     b_inc[u] = on ? 128u : 0u;
     b_ptr[u] = b_base[u] + seg_step * b_inc[u];
@@ -333,7 +334,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
         }
 #pragma unroll
       for (int v = 0; v < NV; v++) {
-        if (t != v % 4) continue;  // lane v % 4 of the quad stores vector v
+        if (t != v % 4 || v >= nv) continue;  // lane v % 4 of the quad stores vector v
         if constexpr (SPLIT) {
           part[(warp * 16 + g) * NV + v] = acc[0][v];
           part[(warp * 16 + g + 8) * NV + v] = acc[1][v];
@@ -363,7 +364,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
     for (int i = tid; i < sets_here * (DUAL ? 8 : 16) * NV; i += THREADS) {
       const int grp = i / ((DUAL ? 8 : 16) * NV), r = i / NV % (DUAL ? 8 : 16), v = i % NV;
       const int set_g = (int)blockIdx.x * sets_here + grp;
-      if (set_g >= deal.sets) continue;
+      if (set_g >= deal.sets || v >= nv) continue;
       float sum = 0.f, up = 0.f;
       for (int s2 = 0; s2 < split; s2++) {
         sum += part[((grp * split + s2) * 16 + r) * NV + v];
@@ -424,12 +425,15 @@ cudaError_t launch_cpl(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by
                                         : launch_build<SFA, NV, 1>(p, c_vec_stride, bias_by_row, stream);
 }
 
-/* 3 to 8 vectors one or two steps per item (mma_cpl); 2 one. */
+/* 3 to 8 vectors one or two steps per item (mma_cpl); 2 one. Three take the
+ * four-vector build (the fourth column's B and scales zero): the same mma and
+ * instructions, where a build of three spilled at two steps an item and took
+ * 1.11-1.25x the time of the layer's values (H200, 2026-12-03, laid out by tile). */
 template <int SFA>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   switch (p.n) {
     case 2: return launch_build<SFA, 2, 1>(p, c_vec_stride, bias_by_row, stream);
-    case 3: return launch_cpl<SFA, 3>(p, c_vec_stride, bias_by_row, stream);
+    case 3:
     case 4: return launch_cpl<SFA, 4>(p, c_vec_stride, bias_by_row, stream);
     case 5: return launch_cpl<SFA, 5>(p, c_vec_stride, bias_by_row, stream);
     case 6: return launch_cpl<SFA, 6>(p, c_vec_stride, bias_by_row, stream);

@@ -11,7 +11,6 @@ cudaError_t gemv_mma_launch_tiled(const nvfp4_matmul &p, int64_t c_vec_stride, b
   static_assert(GEMV_MMA_TILED_NV == 4, "one case per vector count");
   switch (p.n) {
     case 2: return launch_build<SF_BY_TILE, 2, 1>(p, c_vec_stride, bias_by_row, stream);
-    case 3: return launch_cpl<SF_BY_TILE, 3>(p, c_vec_stride, bias_by_row, stream);
-    default: return launch_cpl<SF_BY_TILE, 4>(p, c_vec_stride, bias_by_row, stream);
+    default: return launch_cpl<SF_BY_TILE, 4>(p, c_vec_stride, bias_by_row, stream);  // 3 too (launch_vectors)
   }
 }

@@ -71,9 +71,11 @@ bool gemv_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
     if (p.b2.data) return p.n <= 6 || steps < 16 * WARP_STEPS;
     return steps < (p.n <= 6 ? 28 : 10) * WARP_STEPS;
   }
-  /* 2, 3 vectors at 3.5 to 12 steps a warp: dual 5-18%, gemm 2-14% faster than dp4a; shorter 0.5-4%, longer up
-   * to 8% slower (dp4a of so few vectors is less issue-bound) */
-  return steps >= 7 * WARP_STEPS / 2 && steps < 12 * WARP_STEPS;
+  /* 2, 3 vectors from 3.5 steps a warp: dual 5-18%, gemm 2-14% faster than dp4a at 3.5 to 12; shorter 0.5-4%
+   * slower. Longer shares, now split unevenly and three vectors on the four-vector build (H200, 2026-12-03, one
+   * run, each forced): the linears of Llama-3 8B / 70B and Qwen2.5-7B layers at M = 2, 3 0.69-1.02x dp4a's time
+   * (70B gate_up 82.2 / 92.0 us, Qwen2.5-7B down 16.7 / 24.1; layers 0.86-0.98x) */
+  return steps >= 7 * WARP_STEPS / 2;
 }
 
 /* The skinny kernel (skinny_can_run(p) holds): Hopper, 5-15% faster than the wgmma kernel's 32-row tile at K >=
@@ -85,13 +87,12 @@ bool skinny_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
   return p.k >= 8192 && (p.m <= 8 || (double)p.batch * p.n * p.k >= (double)(1ll << 26));
 }
 
-/* Where it pays (above); 2 and 4 vectors laid out by tile (a W4A4 layer's weights on a GPU) always, 3 never (they
- * take the quantized values: nvfp4_matmul_cuda_prefers_values). Layers' linears by tile (H200, 2026-12-03, one
- * build, one round, bench_models w4a4t, NVFP4_FORCE_KERNEL=w4a16 for the values), time over the values': Llama-3 8B
- * M = 2 0.77x (gate_up 25.0 / 36.6 us), M = 4 0.86x; 70B 0.82x, 0.90x; Qwen2.5-7B 0.79x, 0.90x (down at M = 4 1.05x);
- * M = 3 1.11x, 1.25x, 1.13x (the three-vector build takes 1.3-1.4x the four-vector one's time on gate_up). */
+/* Where it pays (above); 2 to 4 vectors laid out by tile (a W4A4 layer's weights on a GPU) always. Layers' linears
+ * by tile (H200, 2026-12-03, one round, bench_models w4a4t, NVFP4_FORCE_KERNEL=w4a16 for the quantized values on
+ * the W4A16 GEMV), time over the values': Llama-3 8B M = 2 0.77x (gate_up 25.0 / 36.6 us), M = 4 0.86x; 70B 0.82x,
+ * 0.90x; Qwen2.5-7B 0.79x, 0.90x (down at M = 4 1.05x); M = 3 (on the four-vector build) 0.84x, 0.88x, 0.89x. */
 bool gemv_mma_pays_or_tiled(const nvfp4_matmul &p, const DeviceInfo &dev) {
-  return p.a.tile_rows ? p.n != 3 : gemv_mma_pays(p, dev);
+  return p.a.tile_rows || gemv_mma_pays(p, dev);
 }
 
 /* Hopper, 5 to 8 vectors where the integer-mma GEMV pays. */
