@@ -427,8 +427,8 @@ cudaError_t launch_cpl(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by
 
 /* 3 to 8 vectors one or two steps per item (mma_cpl); 2 one. Three take the
  * four-vector build (the fourth column's B and scales zero): the same mma and
- * instructions, where a build of three spilled at two steps an item and took
- * 1.11-1.25x the time of the layer's values (H200, 2026-12-03, laid out by tile). */
+ * instructions, where a build of three took 1.3-1.4x its time (H200,
+ * 2026-12-03, layers' duals by tile; its one-step build, without spills, too). */
 template <int SFA>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   switch (p.n) {

@@ -74,7 +74,8 @@ bool gemv_mma_pays(const nvfp4_matmul &p, const DeviceInfo &dev) {
   /* 2, 3 vectors from 3.5 steps a warp: dual 5-18%, gemm 2-14% faster than dp4a at 3.5 to 12; shorter 0.5-4%
    * slower. Longer shares, now split unevenly and three vectors on the four-vector build (H200, 2026-12-03, one
    * run, each forced): the linears of Llama-3 8B / 70B and Qwen2.5-7B layers at M = 2, 3 0.69-1.02x dp4a's time
-   * (70B gate_up 82.2 / 92.0 us, Qwen2.5-7B down 16.7 / 24.1; layers 0.86-0.98x) */
+   * (70B gate_up 82.2 / 92.0 us, Qwen2.5-7B down 16.7 / 24.1; layers 0.86-0.98x); bench_gemm's 2-3 x 2048-28672 x
+   * 7168-16384, gemm and dual, 0.71-0.95x */
   return steps >= 7 * WARP_STEPS / 2;
 }
 
