@@ -168,8 +168,8 @@ def test_w4a4_by_tile(device, gen, m, n, k):
 @pytest.mark.parametrize("k", [64, 4096, 18944, 28672])
 def test_w4a4_quantized_in_kernel(gen, k):
     """One activation row per batch and a global scale given as a tensor: the dp4a GEMV quantizes the row itself
-    (no quantize launch); gemm and dual, fp16 and bf16 x, batched, a NaN block, K past one block a thread (18944: 37
-    steps a row, no split)."""
+    (no quantize launch); gemm and dual, fp16 and bf16 x, batched, scales subnormal, zero and saturated, a NaN block,
+    K past one block a thread (18944: 37 steps a row, no split), K = 64 (half a warp's quarters of blocks)."""
     if not torch.cuda.is_available() or not nk.WITH_CUDA:
         pytest.skip("needs a CUDA device and the CUDA build")
     b1, b2 = (random_operand(2, 136, k, gen=gen, device="cuda", layout=lay) for lay in ("linear", "blocked"))
@@ -187,6 +187,10 @@ def test_w4a4_quantized_in_kernel(gen, k):
         assert_matches(got, reference.dual_gemm_w4a4(x[0], b1.data[0], b2.data[0], b1.sf[0], b2.sf[0], g, 0.5, -2.0),
                        f"dual K = {k} {x_dtype}")
     x = activations((1, k), torch.bfloat16, gen, "cuda")
+    for wide in (2.0**-12, 16.0):  # scales subnormal and zero, saturated at 448
+        g = global_scale_of(x) * wide
+        got = nk.gemm_w4a4(x, b1.data[0], b1.sf[0], global_scale=g)
+        assert_matches(got, reference.gemm_w4a4(x, b1.data[0], b1.sf[0], g), f"K = {k} global scale x {wide}")
     x[0, k // 2] = float("nan")  # its block's scale is NaN: every output is NaN
     got = nk.gemm_w4a4(x, b1.data[0], b1.sf[0], global_scale=torch.tensor([1.5], device="cuda"))
     assert torch.isnan(got).all()

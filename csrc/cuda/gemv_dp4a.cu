@@ -35,11 +35,11 @@
  * One vector quantized here (QX; plan.cu: W4A4 of one activation row whose
  * global scale is in device memory): it comes as 16-bit values (p.a_type)
  * and each 16 are quantized as the quantize kernel does (numerics.cuh's
- * nvfp4_quantize_block_device) straight into the int8 planes and scales, in
- * place of the codes' load and decode. CTAs of 1024 threads, one an SM, so
- * that an SM quantizes the vector once (~20 instructions a value: ~0.3 us of
- * its issue at K = 4096). The quantize launch it replaces cost more: Llama-3
- * layers at M = 1 0.96x the time (H200, docs/PERF.md).
+ * encoder) straight into the int8 planes and scales, in place of the codes'
+ * load and decode: four threads a block up to K = 8192, else a block a
+ * thread, each thread's first 32 bytes of x loaded before the ring's first
+ * copies. CTAs of 1024 threads, one an SM, so that an SM quantizes the vector
+ * once. The quantize launch it replaces cost more (docs/PERF.md).
  *
  * Runs (gemv_dp4a_can_run): gemv_streams (gemv.cuh), N <= 4, and the vectors
  * (N * K * 1.25 bytes) and the ring within the device's shared memory. LPR *
@@ -271,6 +271,28 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
     const int f = tid + i * THREADS, j = NV == 1 ? 0 : f / chunks;
     if (!QX && f < b_chunks) early_b[i] = load_b(j, f - j * chunks);
   }
+  // x quantized here (QX): by four threads a block while each thread has at most two of those quarters (K <= 8192
+  // with 1024 threads), else a block a thread; its global scale and each thread's first 32 bytes of x (its two
+  // quarters or its first block) loaded early as b's chunks are. (Quarters loaded after the ring's first copies
+  // wait behind them: H200, 2026-12-03, the down projections of Llama-3 and Qwen2.5 at M = 1, K >= 14336, took
+  // 1.02-1.09x a block a thread's time, both loaded after the copies; docs/PERF.md.)
+  const bool quarters = 4 * k_blocks <= 2 * THREADS;
+  float gs = 0.f;
+  uint4 early_x[2] = {};
+  if constexpr (QX) {
+    gs = *p.a_global;
+    const uint4 *x16 = reinterpret_cast<const uint4 *>(b_batch);
+    if (quarters) {
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+        if (tid + i * THREADS < 4 * k_blocks) {
+          const uint2 u = __ldg(reinterpret_cast<const uint2 *>(b_batch) + tid + i * THREADS);
+          early_x[i] = make_uint4(u.x, u.y, 0u, 0u);
+        }
+    } else if (tid < k_blocks) {
+      early_x[0] = __ldg(x16 + 2 * tid), early_x[1] = __ldg(x16 + 2 * tid + 1);
+    }
+  }
   NVFP4_TRACE_POINT(tid == 0, 7);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
@@ -299,27 +321,73 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
           make_float2(0.25f * nvfp4_e4m3_to_float(b.s0), 0.25f * nvfp4_e4m3_to_float(b.s1));
     };
     if constexpr (QX) {
-      /* the vector as 16-bit values (p.a_type) with global scale *p.a_global: each 16 quantized as the quantize
-       * kernel does (numerics.cuh), its codes put in the planes as int8 2 * value, its scale / 4 */
-      const float gs = *p.a_global;
-      const uint8_t *x_row = p.b.data + l * p.b.batch_stride;
+      /* the vector as 16-bit values (p.a_type) with global scale gs, quantized as the quantize kernel does
+       * (numerics.cuh), the codes as int8 2 * value into the planes, the scales / 4 */
       const bool bf16 = p.a_type == NVFP4_BF16;
-      for (int kb = tid; kb < k_blocks; kb += THREADS) {
-        float x[16];
-        const uint8_t *src = x_row + 32 * (int64_t)kb;
-        if (bf16) load16<__nv_bfloat16, true>(reinterpret_cast<const __nv_bfloat16 *>(src), x);
-        else load16<__half, true>(reinterpret_cast<const __half *>(src), x);
-        uint8_t codes[8];
-        const uint32_t sf = nvfp4_quantize_block_device(x, gs, codes);
-        uint32_t w0, w1;
-        memcpy(&w0, codes, 4);
-        memcpy(&w1, codes + 4, 4);
-        uint4 v;
-        nvfp4_e2m1x8_to_s8x8(w0, v.x, v.y);
-        nvfp4_e2m1x8_to_s8x8(w1, v.z, v.w);
-        const int c = kb >> 1, h = kb & 1, cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
-        b8w[((st * CPL + cc) * 2 + h) * LPR + qq] = v;
-        reinterpret_cast<float *>(sbw + (st * CPL + cc) * LPR + qq)[h] = 0.25f * nvfp4_e4m3_to_float(sf);
+      auto to_floats = [&](uint32_t w, float *x) {  // two 16-bit values
+        if (bf16) {
+          x[0] = __uint_as_float(w << 16), x[1] = __uint_as_float(w & 0xFFFF0000u);
+        } else {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w));
+          x[0] = f.x, x[1] = f.y;
+        }
+      };
+      auto put_scale = [&](int kb, float s) {
+        const int c = kb >> 1, cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
+        reinterpret_cast<float *>(sbw + (st * CPL + cc) * LPR + qq)[kb & 1] = 0.25f * s;
+      };
+      auto words = [&](int kb) {  // block kb's 16 bytes in the planes, as words
+        const int c = kb >> 1, cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
+        return reinterpret_cast<uint32_t *>(b8w + ((st * CPL + cc) * 2 + (kb & 1)) * LPR + qq);
+      };
+      if (quarters) {
+        /* four threads a block: thread t % 4 its values 4 (t % 4) .. + 3, word t % 4 of the block's 16 bytes, and
+         * the block's amax by two shuffles; a warp's trip count is uniform (4 k_blocks is a multiple of 16: a
+         * warp's last 16 lanes may have none) */
+        for (int i0 = tid - lane, n = 0; i0 < 4 * k_blocks; i0 += THREADS, n++) {
+          const int i = i0 + lane;
+          const bool half = i0 + 32 > 4 * k_blocks;  // the rest is 16 pieces: lanes 0-15 (warp-uniform)
+          if (half && lane >= 16) continue;
+          const unsigned lanes = half ? 0xFFFFu : 0xFFFFFFFFu;
+          const uint4 e = n == 0 ? early_x[0] : early_x[1];
+          const uint2 u = n < 2 ? make_uint2(e.x, e.y) : __ldg(reinterpret_cast<const uint2 *>(b_batch) + i);
+          float x[4];
+          to_floats(u.x, x), to_floats(u.y, x + 2);
+          float amax = nvfp4_fmax_nan(nvfp4_fmax_nan(fabsf(x[0]), fabsf(x[1])),
+                                      nvfp4_fmax_nan(fabsf(x[2]), fabsf(x[3])));
+          amax = nvfp4_fmax_nan(amax, __shfl_xor_sync(lanes, amax, 1));
+          amax = nvfp4_fmax_nan(amax, __shfl_xor_sync(lanes, amax, 2));
+          float s;
+          nvfp4_quantize_scale_device(amax, gs, s);
+          uint32_t word, unused;
+          nvfp4_e2m1x8_to_s8x8(nvfp4_quantize4_device(x, gs, s), word, unused);
+          words(i >> 2)[i & 3] = word;
+          if ((i & 3) == 0) put_scale(i >> 2, s);
+        }
+      } else {
+        for (int kb = tid, n = 0; kb < k_blocks; kb += THREADS, n++) {  // a block a thread
+          const uint4 *x16 = reinterpret_cast<const uint4 *>(b_batch) + 2 * kb;
+          const uint4 u0 = n == 0 ? early_x[0] : __ldg(x16), u1 = n == 0 ? early_x[1] : __ldg(x16 + 1);
+          const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+          float amax = 0.f;  // NaN once any value is
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            float x[2];
+            to_floats(w[j], x);
+            amax = nvfp4_fmax_nan(amax, nvfp4_fmax_nan(fabsf(x[0]), fabsf(x[1])));
+          }
+          float s;
+          nvfp4_quantize_scale_device(amax, gs, s);
+          uint32_t v[4], unused;
+#pragma unroll
+          for (int j = 0; j < 4; j++) {  // the block's quarters in turn, as the four threads of a block above
+            float x[4];
+            to_floats(w[2 * j], x), to_floats(w[2 * j + 1], x + 2);
+            nvfp4_e2m1x8_to_s8x8(nvfp4_quantize4_device(x, gs, s), v[j], unused);
+          }
+          *reinterpret_cast<uint4 *>(words(kb)) = make_uint4(v[0], v[1], v[2], v[3]);
+          put_scale(kb, s);
+        }
       }
     } else {
 #pragma unroll

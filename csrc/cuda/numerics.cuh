@@ -408,10 +408,13 @@ __device__ __forceinline__ void nvfp4_act16_b(uint4 x, uint4 y, uint32_t (&b0)[4
 /* ---- encoding ---------------------------------------------------------------
  * nvfp4_quantize_block (numerics.h) on the device: the same scale byte and
  * codes, by the hardware's e4m3 conversion (sm_89+) and fused multiply-adds
- * instead of compares. */
-__device__ __forceinline__ uint32_t nvfp4_quantize_block_device(const float x[16], float g, uint8_t codes[8]) {
-  float amax = 0.0f; /* NaN once any value is (fmaxf would drop it) */
-  for (int i = 0; i < 16; i++) amax = nvfp4_fmax_nan(amax, fabsf(x[i]));
+ * instead of compares. In three pieces, so that a block may be quantized by
+ * one thread (nvfp4_quantize_block_device) or by four, each with 4 values and
+ * the block's amax (nvfp4_quantize_scale_device, nvfp4_quantize4_device). */
+
+/* The scale byte of a block whose largest magnitude is amax (NaN once any
+ * value is), under global scale g, and its value s. */
+__device__ __forceinline__ uint32_t nvfp4_quantize_scale_device(float amax, float g, float &s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   /* sm_89+: the hardware conversion, the same rounding as
    * nvfp4_float_to_e4m3 for this scale (nearest even, saturating at 448, NaN
@@ -420,60 +423,87 @@ __device__ __forceinline__ uint32_t nvfp4_quantize_block_device(const float x[16
    * decoder above. */
   uint16_t pair;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"((amax * g) / 6.0f));
-  const uint32_t sf = pair & 0xFFu;
-  const float s = nvfp4_e4m3x2_to_float2(pair).x;
+  s = nvfp4_e4m3x2_to_float2(pair).x;
+  return pair & 0xFFu;
 #else
   const uint32_t sf = nvfp4_float_to_e4m3((amax * g) / 6.0f);
-  const float s = nvfp4_e4m3_to_float(sf);
+  s = nvfp4_e4m3_to_float(sf);
+  return sf;
 #endif
-  /* The same codes from the FMA pipe. The compares and selects below run on
-   * the ALU pipe, at half the FMA pipe's rate, and bound the quantize kernel
-   * (H100: 1182 ALU instructions a warp per 64 values, ~140 us at 7168 x
-   * 16384 against the measured 139). Here each boundary test is one fused
-   * multiply-add, saturated to [0, 1]: with B = 2^40, fma(a, -B, t * B) is
-   * (t - a) * B rounded once, >= 1 when a < t (floats a != t differ by at
-   * least 2^-35 for t >= 2^-11, the smallest boundary of a nonzero scale),
-   * <= 0 otherwise; an infinite a gives +-inf, a NaN 0 (such blocks are
-   * fixed below). Every t * B and each sum of them below has at most 8
-   * significant bits, so the selections as products of 0 / 1 are exact. */
+}
+
+/* The magnitude codes of 4 values x (y = x * g, kept for their signs) in a
+ * block of scale value s, as the bits of the float 2^23 + sum 16^i m_i.
+ * The compares and selects of a plain encoder run on the ALU pipe, at half the
+ * FMA pipe's rate, and bound the quantize kernel (H100: 1182 ALU instructions
+ * a warp per 64 values, ~140 us at 7168 x 16384 against the measured 139).
+ * Here each boundary test is one fused multiply-add, saturated to [0, 1]: with
+ * B = 2^40, fma(a, -B, t * B) is (t - a) * B rounded once, >= 1 when a < t
+ * (floats a != t differ by at least 2^-35 for t >= 2^-11, the smallest
+ * boundary of a nonzero scale), <= 0 otherwise; an infinite a gives +-inf, a
+ * NaN 0 (such blocks are fixed by the callers). Every t * B and each sum of
+ * them below has at most 8 significant bits, so the selections as products of
+ * 0 / 1 are exact. The sum starts at 2^23 + 6 (1 + 16 + 256 + 4096) and each
+ * m_i - 6 = b0 - 4 n2 - 2 n1 is added by one multiply-add, every step an exact
+ * integer below 2^24, so the bits are 0x4B000000 + the four nibbles. */
+__device__ __forceinline__ uint32_t nvfp4_quantize_mags4(const float x[4], float g, float s, float y[4]) {
   const float B = 0x1p40f, sb = s * B;
   const float p3 = 1.75f * sb, p5 = 3.5f * sb, p15 = -2.75f * sb; /* inclusive boundaries t3, t5, t1 - t5 */
   /* strict boundaries: -t6, t6 - t2, t6 - t4, t2 + t4 - t0 - t6 */
   const float m6 = -5.0f * sb, e26 = 3.75f * sb, e46 = 2.5f * sb, e0 = -1.5f * sb;
-  /* Four magnitudes at a time packed as a float: acc = 2^23 + sum 16^i m_i
-   * (at most 2^23 + 0x7777), each m_i - 6 = b0 - 4 n2 - 2 n1 added by one
-   * multiply-add, every step an exact integer below 2^24, so acc's bits are
-   * 0x4B000000 + the four nibbles. The signs: byte 3 of each y by prmt,
-   * sign-replicated to 0x00 / 0xFF, even values' into one word and odd
-   * values' into another, masked to bits 4i + 3. */
+  float acc = 8388608.0f + 6.0f * 4369.0f;
+  for (int i = 0; i < 4; i++) {
+    y[i] = x[i] * g;
+    const float a = fabsf(y[i]);
+    const float n2 = __saturatef(fmaf(a, -B, p3));               /* a < t3 */
+    const float n1 = __saturatef(fmaf(a, -B, fmaf(n2, p15, p5))); /* a < (t1 or t5) */
+    /* -t6, -t2, -t4 or -t0 by (n2, n1) = (0, 0), (1, 0), (0, 1), (1, 1) */
+    const float last = fmaf(n1, fmaf(n2, e0, e46), fmaf(n2, e26, m6));
+    const float b0 = __saturatef(fmaf(a, B, last)); /* a > that boundary */
+    acc = fmaf(fmaf(n2, -4.0f, fmaf(n1, -2.0f, b0)), (float)(1 << (4 * i)), acc);
+  }
+  return nvfp4_float_bits(acc);
+}
+
+/* Bytes 3 of a and b (their signs), sign-replicated, in bytes 0 and 1. */
+__device__ __forceinline__ uint32_t nvfp4_signs2(float a, float b) {
+  return prmt(nvfp4_float_bits(a), nvfp4_float_bits(b), 0xFB);
+}
+
+/* Codes of a scale 0 (all 0) or NaN (the signs alone) block; w as it is otherwise. */
+__device__ __forceinline__ uint32_t nvfp4_quantize_fix(uint32_t w, float s) {
+  return s > 0.0f ? w : s == 0.0f ? 0u : w & 0x88888888u;
+}
+
+/* One block of 16 values: its scale byte, its codes in codes[8]. */
+__device__ __forceinline__ uint32_t nvfp4_quantize_block_device(const float x[16], float g, uint8_t codes[8]) {
+  float amax = 0.0f; /* NaN once any value is (fmaxf would drop it) */
+  for (int i = 0; i < 16; i++) amax = nvfp4_fmax_nan(amax, fabsf(x[i]));
+  float s;
+  const uint32_t sf = nvfp4_quantize_scale_device(amax, g, s);
+  /* Eight values a word: two magnitude sums; the signs by prmt, even values'
+   * into one word and odd values' into another, masked to bits 4i + 3. */
   uint32_t w[2];
   for (int h = 0; h < 2; h++) {
     float y[8];
-    uint32_t q[2];
-    for (int j = 0; j < 2; j++) {
-      float acc = 8388608.0f + 6.0f * 4369.0f; /* 2^23 + 6 (1 + 16 + 256 + 4096) */
-      for (int i = 0; i < 4; i++) {
-        y[4 * j + i] = x[8 * h + 4 * j + i] * g;
-        const float a = fabsf(y[4 * j + i]);
-        const float n2 = __saturatef(fmaf(a, -B, p3));               /* a < t3 */
-        const float n1 = __saturatef(fmaf(a, -B, fmaf(n2, p15, p5))); /* a < (t1 or t5) */
-        /* -t6, -t2, -t4 or -t0 by (n2, n1) = (0, 0), (1, 0), (0, 1), (1, 1) */
-        const float last = fmaf(n1, fmaf(n2, e0, e46), fmaf(n2, e26, m6));
-        const float b0 = __saturatef(fmaf(a, B, last)); /* a > that boundary */
-        acc = fmaf(fmaf(n2, -4.0f, fmaf(n1, -2.0f, b0)), (float)(1 << (4 * i)), acc);
-      }
-      q[j] = nvfp4_float_bits(acc);
-    }
-    /* bytes 3 of a and b, sign-replicated, in bytes 0 and 1; then two
-     * words' low halves in one */
-    auto signs2 = [](float a, float b) { return prmt(nvfp4_float_bits(a), nvfp4_float_bits(b), 0xFB); };
+    const uint32_t q0 = nvfp4_quantize_mags4(x + 8 * h, g, s, y);
+    const uint32_t q1 = nvfp4_quantize_mags4(x + 8 * h + 4, g, s, y + 4);
+    /* two words' low halves in one */
     auto low_halves = [](uint32_t a, uint32_t b) { return prmt(a, b, 0x5410); };
-    const uint32_t ev = low_halves(signs2(y[0], y[2]), signs2(y[4], y[6])); /* values 0, 2, 4, 6 */
-    const uint32_t od = low_halves(signs2(y[1], y[3]), signs2(y[5], y[7])); /* values 1, 3, 5, 7 */
+    const uint32_t ev = low_halves(nvfp4_signs2(y[0], y[2]), nvfp4_signs2(y[4], y[6])); /* values 0, 2, 4, 6 */
+    const uint32_t od = low_halves(nvfp4_signs2(y[1], y[3]), nvfp4_signs2(y[5], y[7])); /* values 1, 3, 5, 7 */
     /* (0x4B000000 << 16) vanishes mod 2^32: one subtraction for both halves */
-    w[h] = ((q[1] << 16) + q[0] - 0x4B000000u) | (ev & 0x08080808u) | (od & 0x80808080u);
-    if (!(s > 0.0f)) w[h] = s == 0.0f ? 0u : w[h] & 0x88888888u; /* scale 0: codes 0; NaN: the signs alone */
+    w[h] = nvfp4_quantize_fix(((q1 << 16) + q0 - 0x4B000000u) | (ev & 0x08080808u) | (od & 0x80808080u), s);
   }
   memcpy(codes, w, 8);
   return sf;
+}
+
+/* 4 values of a block of scale value s (nvfp4_quantize_scale_device of the
+ * block's amax under g): their codes, value i at bits 4i..4i+3. */
+__device__ __forceinline__ uint32_t nvfp4_quantize4_device(const float x[4], float g, float s) {
+  float y[4];
+  const uint32_t q = nvfp4_quantize_mags4(x, g, s, y);
+  const uint32_t sign = (nvfp4_signs2(y[0], y[2]) & 0x0808u) | (nvfp4_signs2(y[1], y[3]) & 0x8080u);
+  return nvfp4_quantize_fix((q - 0x4B000000u) | sign, s);
 }
