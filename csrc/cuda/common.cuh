@@ -217,6 +217,17 @@ __device__ __forceinline__ T from_float(float v) {
   else return v;
 }
 
+/* The two 16-bit values of a word (bf16 or fp16, the low half first) as floats: bf16 is fp32's high half, one shift
+ * or mask a value (the intrinsic per half took a byte permute and a shift each). */
+__device__ __forceinline__ void x16x2_to_floats(uint32_t w, bool bf16, float *x) {
+  if (bf16) {
+    x[0] = __uint_as_float(w << 16), x[1] = __uint_as_float(w & 0xFFFF0000u);
+  } else {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w));
+    x[0] = f.x, x[1] = f.y;
+  }
+}
+
 /* The 16 values at p as floats; VEC: p is 16-byte aligned. (Loading all of a
  * lane's four blocks before quantizing any took 128 registers and measured
  * 3-6% slower on large inputs, H100.) */
@@ -228,14 +239,9 @@ __device__ __forceinline__ void load16(const T *p, float (&x)[16]) {
     for (int c = 0; c < 16 / PER_LOAD; c++) {
       const uint4 u = __ldg(reinterpret_cast<const uint4 *>(p) + c);
       if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        /* bf16 is fp32's high half: one shift or mask per value (the
-         * intrinsic per half took a byte permute and a shift each) */
         const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-          x[c * 8 + 2 * i] = __uint_as_float(wd[i] << 16);
-          x[c * 8 + 2 * i + 1] = __uint_as_float(wd[i] & 0xFFFF0000u);
-        }
+        for (int i = 0; i < 4; i++) x16x2_to_floats(wd[i], true, x + c * 8 + 2 * i);
       } else {
         const T *v = reinterpret_cast<const T *>(&u);
 #pragma unroll

@@ -45,6 +45,29 @@ __device__ __forceinline__ BChunk load_b_chunk(const nvfp4_operand &b, const uin
                 sf[nvfp4_sf_offset(b.sf_layout, 0, k_blocks, 0, 2 * c)], sf[nvfp4_sf_offset(b.sf_layout, 0, k_blocks, 0, 2 * c + 1)]};
 }
 
+/* A block of 16 16-bit values (bf16 or fp16, 8 words) quantized with global scale g as the quantize kernel does
+ * (numerics.cuh), a quarter at a time (16 floats at once spilled in the kernel that quantizes its vector): its
+ * codes as int8 2 * value in v (value i at byte i % 4 of v[i / 4]); returns its scale's value. */
+__device__ __forceinline__ float x16_block_to_s8(const uint32_t (&w)[8], bool bf16, float g, uint32_t (&v)[4]) {
+  float amax = 0.f;  // NaN once any value is
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    float x[2];
+    x16x2_to_floats(w[j], bf16, x);
+    amax = nvfp4_fmax_nan(amax, nvfp4_fmax_nan(fabsf(x[0]), fabsf(x[1])));
+  }
+  float s;
+  nvfp4_quantize_scale_device(amax, g, s);
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float x[4];
+    x16x2_to_floats(w[2 * j], bf16, x), x16x2_to_floats(w[2 * j + 1], bf16, x + 2);
+    uint32_t unused;
+    nvfp4_e2m1x8_to_s8x8(nvfp4_quantize4_device(x, g, s), v[j], unused);
+  }
+  return s;
+}
+
 /* item(i, stage) for i < items in order, stage = i % STAGES, unrolled by
  * STAGES so that every ring offset is a constant; then this thread's copies
  * are all waited for. */

@@ -306,53 +306,43 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
   {
     uint4 *b8w = reinterpret_cast<uint4 *>(smem + plan.b8);
     float2 *sbw = reinterpret_cast<float2 *>(smem + plan.sb);
+    // chunk c of a vector belongs to (step st, lane qq) of its plane (see the plan above): slot st * CPL + cc, the
+    // index of its 16 bytes of half h in b8w (2 slot + h) LPR + qq, of its scales in sbw slot LPR + qq
+    auto slot_of = [&](int c) { return c / SPAN * CPL + (c / LPR) % CPL; };
     auto store_b = [&](int f, const BChunk &b) {
-      // chunk c of vector j belongs to (step st, lane qq) of plane j: see the plan above
-      const int j = NV == 1 ? 0 : f / chunks, c = f - j * chunks;
-      const int cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
+      const int j = NV == 1 ? 0 : f / chunks, c = f - j * chunks, qq = c % LPR;
       uint4 lo, hi;
       nvfp4_e2m1x8_to_s8x8(b.v.x, lo.x, lo.y);
       nvfp4_e2m1x8_to_s8x8(b.v.y, lo.z, lo.w);
       nvfp4_e2m1x8_to_s8x8(b.v.z, hi.x, hi.y);
       nvfp4_e2m1x8_to_s8x8(b.v.w, hi.z, hi.w);
-      b8w[j * vb + ((st * CPL + cc) * 2) * LPR + qq] = lo;
-      b8w[j * vb + ((st * CPL + cc) * 2 + 1) * LPR + qq] = hi;
-      sbw[j * vs + (st * CPL + cc) * LPR + qq] =
+      b8w[j * vb + (slot_of(c) * 2) * LPR + qq] = lo;
+      b8w[j * vb + (slot_of(c) * 2 + 1) * LPR + qq] = hi;
+      sbw[j * vs + slot_of(c) * LPR + qq] =
           make_float2(0.25f * nvfp4_e4m3_to_float(b.s0), 0.25f * nvfp4_e4m3_to_float(b.s1));
     };
     if constexpr (QX) {
       /* the vector as 16-bit values (p.a_type) with global scale gs, quantized as the quantize kernel does
-       * (numerics.cuh), the codes as int8 2 * value into the planes, the scales / 4 */
+       * (numerics.cuh), block kb's codes as int8 2 * value into b8w (half kb % 2 of chunk kb / 2), its scale / 4 */
       const bool bf16 = p.a_type == NVFP4_BF16;
-      auto to_floats = [&](uint32_t w, float *x) {  // two 16-bit values
-        if (bf16) {
-          x[0] = __uint_as_float(w << 16), x[1] = __uint_as_float(w & 0xFFFF0000u);
-        } else {
-          const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w));
-          x[0] = f.x, x[1] = f.y;
-        }
+      auto words = [&](int kb) {  // block kb: half kb % 2 of chunk kb / 2
+        return reinterpret_cast<uint32_t *>(b8w + (slot_of(kb >> 1) * 2 + (kb & 1)) * LPR + (kb >> 1) % LPR);
       };
       auto put_scale = [&](int kb, float s) {
-        const int c = kb >> 1, cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
-        reinterpret_cast<float *>(sbw + (st * CPL + cc) * LPR + qq)[kb & 1] = 0.25f * s;
-      };
-      auto words = [&](int kb) {  // block kb's 16 bytes in the planes, as words
-        const int c = kb >> 1, cc = (c / LPR) % CPL, qq = c % LPR, st = c / SPAN;
-        return reinterpret_cast<uint32_t *>(b8w + ((st * CPL + cc) * 2 + (kb & 1)) * LPR + qq);
+        reinterpret_cast<float *>(sbw + slot_of(kb >> 1) * LPR + (kb >> 1) % LPR)[kb & 1] = 0.25f * s;
       };
       if (quarters) {
         /* four threads a block: thread t % 4 its values 4 (t % 4) .. + 3, word t % 4 of the block's 16 bytes, and
-         * the block's amax by two shuffles; a warp's trip count is uniform (4 k_blocks is a multiple of 16: a
-         * warp's last 16 lanes may have none) */
+         * the block's amax by two shuffles; at most two quarters a thread, both loaded early. A warp's trip count
+         * is uniform (4 k_blocks is a multiple of 16: a warp's last 16 lanes may have none). */
         for (int i0 = tid - lane, n = 0; i0 < 4 * k_blocks; i0 += THREADS, n++) {
           const int i = i0 + lane;
           const bool half = i0 + 32 > 4 * k_blocks;  // the rest is 16 pieces: lanes 0-15 (warp-uniform)
-          if (half && lane >= 16) continue;
+          if (half && lane >= 16) break;
           const unsigned lanes = half ? 0xFFFFu : 0xFFFFFFFFu;
           const uint4 e = n == 0 ? early_x[0] : early_x[1];
-          const uint2 u = n < 2 ? make_uint2(e.x, e.y) : __ldg(reinterpret_cast<const uint2 *>(b_batch) + i);
           float x[4];
-          to_floats(u.x, x), to_floats(u.y, x + 2);
+          x16x2_to_floats(e.x, bf16, x), x16x2_to_floats(e.y, bf16, x + 2);
           float amax = nvfp4_fmax_nan(nvfp4_fmax_nan(fabsf(x[0]), fabsf(x[1])),
                                       nvfp4_fmax_nan(fabsf(x[2]), fabsf(x[3])));
           amax = nvfp4_fmax_nan(amax, __shfl_xor_sync(lanes, amax, 1));
@@ -369,22 +359,8 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
           const uint4 *x16 = reinterpret_cast<const uint4 *>(b_batch) + 2 * kb;
           const uint4 u0 = n == 0 ? early_x[0] : __ldg(x16), u1 = n == 0 ? early_x[1] : __ldg(x16 + 1);
           const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-          float amax = 0.f;  // NaN once any value is
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            float x[2];
-            to_floats(w[j], x);
-            amax = nvfp4_fmax_nan(amax, nvfp4_fmax_nan(fabsf(x[0]), fabsf(x[1])));
-          }
-          float s;
-          nvfp4_quantize_scale_device(amax, gs, s);
-          uint32_t v[4], unused;
-#pragma unroll
-          for (int j = 0; j < 4; j++) {  // the block's quarters in turn, as the four threads of a block above
-            float x[4];
-            to_floats(w[2 * j], x), to_floats(w[2 * j + 1], x + 2);
-            nvfp4_e2m1x8_to_s8x8(nvfp4_quantize4_device(x, gs, s), v[j], unused);
-          }
+          uint32_t v[4];
+          const float s = x16_block_to_s8(w, bf16, gs, v);
           *reinterpret_cast<uint4 *>(words(kb)) = make_uint4(v[0], v[1], v[2], v[3]);
           put_scale(kb, s);
         }
