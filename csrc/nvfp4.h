@@ -306,8 +306,8 @@ nvfp4_status nvfp4_matmul_cuda_ws(const nvfp4_matmul *problems, int count, nvfp4
  * values run faster on the current device (csrc/cuda/plan.cu says where);
  * 0: the codes. */
 int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, const nvfp4_matmul *codes);
-/* Whether the kernel quantizes p's rows itself (p: 16-bit A, a_global set, not by expert: W4A4 of one activation
- * row on the dp4a GEMV), so that the caller launches no quantize kernel. */
+/* Whether the kernel quantizes p's rows itself (p: 16-bit A, a_global set, not by expert: W4A4 of 1 to 4 activation
+ * rows on the GEMVs), so that the caller launches no quantize kernel. */
 int nvfp4_matmul_cuda_quantizes_in_kernel(const nvfp4_matmul *p);
 
 /* Rows by token (a_index) or quantized first (a_global): 1 where the planned

@@ -244,10 +244,12 @@ def main(only):
         # quantizes it (bf16 x, the global scale a tensor) or after the quantize kernel (fp16 x, a float); rows
         # split unevenly over warps, or not; one and two chunks a lane; K past whole groups of 4 K steps; the dual;
         # 2 to 4 rows on the integer-mma GEMV (split sets from an odd step, two steps an item, K past whole
-        # groups); then rows on the quantized values (W4A16 kernels by tile)
+        # groups; bf16 x quantized in it up to 4 blocks of 16 a thread, 4 x 8192); then rows on the quantized
+        # values (W4A16 kernels by tile)
         for m, n, k, x_dtype in [(1, 384, 1088, bf16), (1, 4352, 768, torch.float16), (1, 128, 18944, bf16),
                                  (1, 6144, 1024, bf16), (2, 128, 3456, bf16), (3, 256, 640, torch.float16),
-                                 (4, 128, 24576, bf16), (7, 256, 512, bf16), (40, 384, 1024, torch.float16)]:
+                                 (3, 384, 4096, bf16), (4, 256, 8192, bf16), (4, 128, 24576, bf16),
+                                 (7, 256, 512, bf16), (40, 384, 1024, torch.float16)]:
             b, b2 = (random_operand(None, n, k, gen=gen, device=dev) for _ in range(2))
             (t, ts), (t2, ts2) = (nk.layouts.to_expert_tiles(o.data[None], o.sf[None]) for o in (b, b2))
             x = torch.randn(m, k, generator=gen).to(x_dtype).to(dev)

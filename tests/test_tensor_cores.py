@@ -327,7 +327,8 @@ def test_eight_vectors_on_mma(gen, op, layout, m, n, k, L):
     assert on_mma == mma_expected(op, m, n, k, L), names
     if on_mma:  # and two steps per item where its warps' shares are long (mma_cpl)
         cpl = mma_cpl(op, m, n, k, L)
-        assert any(re.search(rf"gemv_mma_kernel<\d+, {m}, {dual}, (true|false), {cpl}>", x) for x in names), names
+        assert any(re.search(rf"gemv_mma_kernel<\d+, {m}, {dual}, (true|false), {cpl}, false>", x) for x in names), \
+            names
     assert_matches(out, ref, f"{op} M={m} N={n} K={k} L={L} {layout} on cuda")
 
 
@@ -357,7 +358,7 @@ def test_few_weight_rows_on_mma(gen, layout, m, n, k, L):
 def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
     """The gemm or dual of four activation rows on the integer-mma kernel copies two steps per
     item where its warps' shares are long (csrc/cuda/gemv_mma.cuh, mma_cpl), else one: the
-    kernel's last template argument, and the exact result."""
+    kernel's fifth template argument (the sixth: x not quantized in it), and the exact result."""
     if not mma_expected(op, 4, n, k):
         pytest.skip("another kernel is forced (NVFP4_FORCE_KERNEL)")
     cpl = mma_cpl(op, 4, n, k, L)
@@ -367,7 +368,7 @@ def test_four_vectors_two_steps_per_item(gen, op, layout, n, k, L):
     call, ref = gemm_or_dual(op, a, b1, b2, out)
     _, names = launched(call)
     dual = "true" if op == "dual" else "false"
-    assert any(re.search(rf"gemv_mma_kernel<\d+, 4, {dual}, (true|false), {cpl}>", x) for x in names), names
+    assert any(re.search(rf"gemv_mma_kernel<\d+, 4, {dual}, (true|false), {cpl}, false>", x) for x in names), names
     assert_matches(out, ref, f"{op} M=4 N={n} K={k} L={L} {layout} on cuda")
 
 

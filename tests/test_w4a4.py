@@ -196,6 +196,47 @@ def test_w4a4_quantized_in_kernel(gen, k):
     assert torch.isnan(got).all()
 
 
+@pytest.mark.parametrize("m,k", [(2, 128), (3, 4096), (4, 4096), (2, 8192), (4, 640), (4, 8192)])
+def test_w4a4_rows_quantized_in_kernel(gen, m, k):
+    """2 to 4 activation rows and a global scale given as a tensor: on Hopper the integer-mma GEMV quantizes them
+    itself where it streams weights laid out by tile, up to 2 blocks of 16 a thread (4 x 4096, 2 x 8192; 4 x 8192:
+    the quantize kernel first), and results equal the exact reference either way: gemm and dual, both layouts (the
+    checkpoint's with a tail of rows), bf16 and fp16, batched, scales subnormal, zero and saturated, a NaN block."""
+    if not torch.cuda.is_available() or not nk.WITH_CUDA:
+        pytest.skip("needs a CUDA device and the CUDA build")
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    b1 = random_operand(2, 264, k, gen=gen, device="cuda", layout="linear")
+    b2, b3 = (random_operand(None, 256, k, gen=gen, device="cuda") for _ in range(2))
+    (t2, ts2), (t3, ts3) = by_tile(b2), by_tile(b3)
+    for x_dtype in (torch.bfloat16, torch.float16):
+        x = activations((2, m, k), x_dtype, gen, "cuda")
+        g = global_scale_of(x)
+        if hopper and not FORCED:
+            quantized = " (roles swapped, x quantized in the kernel)" if m * k <= 2 * 4096 else " (roles swapped)"
+            assert nk.kernel_name("gemm_w4a4", x[0], t2, ts2) == "gemv_mma" + quantized
+            assert nk.kernel_name("gemm_w4a4", x[0], b1.data[0], b1.sf[0]).endswith("(roles swapped)")
+        out = poisoned((2, m, 264), "cuda", x_dtype)
+        nk.gemm_w4a4(x, b1.data, b1.sf, global_scale=g, alpha=-0.75, out=out)
+        for i in range(2):
+            assert_matches(out[i], reference.gemm_w4a4(x[i], b1.data[i], b1.sf[i], g, -0.75), f"{m}x{k} batch {i}")
+        got = nk.gemm_w4a4(x[1], t2, ts2, global_scale=g)
+        assert_matches(got, reference.gemm_w4a4(x[1], b2.data, b2.sf, g), f"by tile {m}x{k} {x_dtype}")
+        got = nk.dual_gemm_w4a4(x[0], t2, t3, ts2, ts3, global_scale=g, alpha1=0.5, alpha2=-2.0)
+        assert_matches(got, reference.dual_gemm_w4a4(x[0], b2.data, b3.data, b2.sf, b3.sf, g, 0.5, -2.0),
+                       f"dual by tile {m}x{k} {x_dtype}")
+        got = nk.dual_gemm_w4a4(x[0], b1.data[0], b1.data[1], b1.sf[0], b1.sf[1], global_scale=g)
+        assert_matches(got, reference.dual_gemm_w4a4(x[0], b1.data[0], b1.data[1], b1.sf[0], b1.sf[1], g),
+                       f"dual {m}x{k} {x_dtype}")
+    x = activations((m, k), torch.bfloat16, gen, "cuda")
+    for wide in (2.0**-12, 16.0):  # scales subnormal and zero, saturated at 448
+        g = global_scale_of(x) * wide
+        got = nk.gemm_w4a4(x, t2, ts2, global_scale=g)
+        assert_matches(got, reference.gemm_w4a4(x, b2.data, b2.sf, g), f"{m}x{k} global scale x {wide}")
+    x[m - 1, k // 2] = float("nan")  # its block's scale is NaN: row m - 1 is NaN
+    got = nk.gemm_w4a4(x, t2, ts2, global_scale=global_scale_of(x[:m - 1]))
+    assert torch.isnan(got[m - 1]).all() and not torch.isnan(got[:m - 1]).any()
+
+
 def test_w4a4_cuda_graph(gen):
     if not torch.cuda.is_available() or not nk.WITH_CUDA:
         pytest.skip("needs a CUDA device and the CUDA build")

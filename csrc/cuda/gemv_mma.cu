@@ -7,9 +7,13 @@
 NVFP4_TRACE_ATTACH(gemv_mma)
 
 /* gemv_streams, 2 to 8 vectors (A laid out by tile, dense: 2 to 4), K % 128 == 0, the one-step build's shared
- * memory. */
+ * memory. The vectors as 16-bit values quantized in the kernel (a_global): 2 to QX_MAX_NV, dense, A laid out by
+ * tile, a thread's blocks at most QX_BLOCKS (where it pays: QX_BLOCKS). */
 bool gemv_mma_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (p.b.tile_rows || (p.a.tile_rows && (p.a.tile_rows != NVFP4_TILE_ROWS || p.n > GEMV_MMA_TILED_NV))) return false;
+  if (p.a_global && (p.a_type == NVFP4_E2M1 || p.offs || !p.a.tile_rows || p.n > QX_MAX_NV ||
+                     p.n * (p.k / 16) > (int64_t)QX_BLOCKS * MmaCfg<QX_MAX_NV, 1>::THREADS))
+    return false;
   return gemv_streams(p) && p.n >= 2 && p.n <= GEMV_MMA_MAX_NV && p.k % 128 == 0 && mma_smem_fits<1>(p, dev);
 }
 

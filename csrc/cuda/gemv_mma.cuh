@@ -59,6 +59,13 @@
 namespace {
 
 constexpr int GEMV_MMA_MAX_NV = 8;
+/* x quantized in the kernel (QX: W4A4 of 2 to 4 activation rows, the kernel given them as 16-bit values and a
+ * global scale): up to QX_MAX_NV vectors, each thread's blocks of 16 (at most QX_BLOCKS) loaded before the ring's
+ * first copies, in registers. Where it pays (gemv_mma_can_run): A laid out by tile, at most 2 blocks a thread
+ * (H200, 2026-12-03, against the quantize kernel before this GEMV, one call, 2 rounds, the linears of five
+ * models' layers at M = 2 to 4: by tile 0.85-1.01x the time at up to 2 blocks a thread, 0.95-0.98x at 2.5,
+ * 0.98-1.07x at 3 to 4; the checkpoint layout 0.99-1.11x at up to 2, 1.02-1.16x at 3 to 4). */
+constexpr int QX_MAX_NV = 4, QX_BLOCKS = 2;
 
 template <int NV, int CPL>
 struct MmaCfg {
@@ -138,7 +145,7 @@ struct VectorBatches {
   }
 };
 
-template <int SFA_LAYOUT, int NV, bool DUAL, bool SPLIT, int CPL>
+template <int SFA_LAYOUT, int NV, bool DUAL, bool SPLIT, int CPL, bool QX>
 __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN_CTAS)
     gemv_mma_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride, bool bias_by_row) {
   constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = THREADS / 32, STAGES = MmaCfg<NV, CPL>::STAGES;
@@ -221,7 +228,22 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
     return load_b_chunk(p.b, b_batch, sfb_batch, k_blocks, j, f - j * chunks);
   };
   VectorBatches<4, THREADS> vectors;
-  vectors.first(tid, nv * chunks, load_b);
+  if constexpr (!QX) vectors.first(tid, nv * chunks, load_b);
+  // x quantized here (QX): the vectors as 16-bit values with global scale gs, a block of 16 a thread, all of a
+  // thread's blocks (at most QX_BLOCKS: gemv_mma_can_run) loaded before the ring's copies
+  const int x_blocks = nv * k_blocks;
+  float gs = 0.f;
+  uint4 x_early[QX ? 2 * QX_BLOCKS : 1] = {};
+  if constexpr (QX) {
+    gs = *p.a_global;
+#pragma unroll
+    for (int i = 0; i < QX_BLOCKS; i++) {
+      const int f = tid + i * THREADS, j = vector_of<NV>(f, k_blocks);
+      if (f >= x_blocks) continue;
+      const uint4 *src = reinterpret_cast<const uint4 *>(b_batch + j * p.b.row_stride) + 2 * (f - j * k_blocks);
+      x_early[2 * i] = __ldg(src), x_early[2 * i + 1] = __ldg(src + 1);
+    }
+  }
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < items) issue(s);
@@ -241,7 +263,22 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
       sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s0);
       sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s1);
     };
-    vectors.rest(tid, nv * chunks, load_b, store_b);
+    if constexpr (QX) {
+      const bool bf16 = p.a_type == NVFP4_BF16;
+#pragma unroll
+      for (int i = 0; i < QX_BLOCKS; i++) {  // block kb of vector j: 16 bytes at plane j's 16 kb
+        const int f = tid + i * THREADS, j = vector_of<NV>(f, k_blocks), kb = f - j * k_blocks;
+        if (f >= x_blocks) continue;
+        const uint4 u0 = x_early[2 * i], u1 = x_early[2 * i + 1];
+        const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        uint32_t v[4];
+        const float sx = x16_block_to_s8(w, bf16, gs, v);
+        *reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 16 * kb) = make_uint4(v[0], v[1], v[2], v[3]);
+        sbw[(kb >> 1) * 4 * U + (kb & 1) * 2 * U + j] = 0.25f * sx;
+      }
+    } else {
+      vectors.rest(tid, nv * chunks, load_b, store_b);
+    }
     for (int v = nv; v < 2 * U; v++)  // the columns past the vectors: scales 0 (their B reads the zero block)
       for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + v] = sbw[c * 4 * U + 2 * U + v] = 0.f;
     if (tid < 8) reinterpret_cast<uint32_t *>(smem + plan.zero)[tid] = 0u;
@@ -378,7 +415,7 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
 }
 
 /* The kernel as gemv_launch sees it (gemv.cuh). */
-template <int SFA, int NV, bool DUAL, int CPL>
+template <int SFA, int NV, bool DUAL, int CPL, bool QX = false>
 struct Mma {
   static constexpr int THREADS = MmaCfg<NV, CPL>::THREADS, WARPS = MmaCfg<NV, CPL>::WARPS, VECTORS = NV;
   /* splits need not divide a set's items (GemvDeal): Qwen2.5-7B down at M = 4, 224 sets of 74 items, took the
@@ -386,7 +423,7 @@ struct Mma {
   static constexpr bool CAN_SPLIT = true, UNEVEN = true;
   static constexpr int SPLITS = MAX_SPLIT;
   template <bool SPLIT>
-  static constexpr auto kernel() { return gemv_mma_kernel<SFA, NV, DUAL, SPLIT, CPL>; }
+  static constexpr auto kernel() { return gemv_mma_kernel<SFA, NV, DUAL, SPLIT, CPL, QX>; }
   static int64_t smem(int64_t k) { return MmaSmem<NV, CPL>(k).total; }
   static int64_t sets(int64_t m) { return (m + (DUAL ? 7 : 15)) / (DUAL ? 8 : 16); }
   static int steps(int64_t k) { return (int)(k / (128 * CPL)); }  // items of a row set
@@ -415,6 +452,11 @@ int mma_cpl(const nvfp4_matmul &p, const DeviceInfo &dev) {
 
 template <int SFA, int NV, int CPL>
 cudaError_t launch_build(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  if constexpr (NV <= QX_MAX_NV) { /* x quantized in the kernel (gemv_mma_can_run) */
+    if (p.a_global)
+      return p.b2.data ? gemv_launch<Mma<SFA, NV, true, CPL, true>>(p, c_vec_stride, bias_by_row, stream)
+                       : gemv_launch<Mma<SFA, NV, false, CPL, true>>(p, c_vec_stride, bias_by_row, stream);
+  }
   return p.b2.data ? gemv_launch<Mma<SFA, NV, true, CPL>>(p, c_vec_stride, bias_by_row, stream)
                    : gemv_launch<Mma<SFA, NV, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
 }

@@ -218,8 +218,10 @@ bool is_gemv(Kernel k) { return k == Kernel::GEMV_DP4A || k == Kernel::GEMV_MMA;
 
 bool can_run(Kernel k, const nvfp4_matmul &p, const DeviceInfo &dev) {
   const bool w4a16 = p.a_type != NVFP4_E2M1;
-  /* dense rows quantized in the kernel (a_global, no offs): the dp4a GEMV of one vector, x as that vector */
-  if (p.a_global && !p.offs) return k == Kernel::GEMV_DP4A && gemv_dp4a_can_run(p, dev);
+  /* dense rows quantized in the kernel (a_global, no offs): the GEMVs, x as their vectors (dp4a one, integer mma
+   * 2 to 4) */
+  if (p.a_global && !p.offs)
+    return (k == Kernel::GEMV_DP4A && gemv_dp4a_can_run(p, dev)) || (k == Kernel::GEMV_MMA && gemv_mma_can_run(p, dev));
   /* weights laid out by tile (tiles_ok; A of the swapped view): w4a16.cu, wgmma and cuBLASLt's decode read them,
    * and the GEMVs as their streamed A (W4A4 layers at M <= 4: dp4a one row, integer mma 2 to 4) */
   if ((p.a.tile_rows || p.b.tile_rows) && k != Kernel::W4A16 && k != Kernel::WGMMA && k != Kernel::CUBLAS &&
@@ -419,19 +421,20 @@ extern "C" int nvfp4_matmul_cuda_prefers_values(const nvfp4_matmul *values, cons
 }
 
 extern "C" int nvfp4_matmul_cuda_quantizes_in_kernel(const nvfp4_matmul *p) {
-  /* p: 16-bit A, a_global set, not by expert; the caller validated the rest. One row only (gemv_dp4a_can_run):
+  /* p: 16-bit A, a_global set, not by expert; the caller validated the rest. 1 to 4 rows only (the GEMVs' can_run):
    * no planning for the others */
-  if (p->k <= 0 || p->k % 16 || p->m != 1 || p->n < 0 || p->batch < 0 || p->a_type == NVFP4_E2M1 || p->offs ||
-      !p->a_global)
+  if (p->k <= 0 || p->k % 16 || p->m < 1 || p->m > 4 || p->n < 0 || p->batch < 0 || p->a_type == NVFP4_E2M1 ||
+      p->offs || !p->a_global)
     return 0;
-  const Forced &f = forced(); /* tests: another kernel forced takes the quantized codes */
-  if (f.kernel != Kernel::NONE && f.kernel != Kernel::GEMV_DP4A) return 0;
   /* Hopper, where measured (H200, 2026-12-02, e620273, against the quantize kernel before the GEMV, one build,
    * 2 rounds; Llama-3 layers at M = 1): 8B qkv 0.96x the time, o 1.02x, gate_up 0.95x, down 0.97x; 70B qkv 0.96x,
    * o 0.99x, gate_up 0.98x, down 0.92x; the layer 0.96x both */
   const DeviceInfo &dev = device_info();
   if (dev.major != 9 || dev.minor != 0) return 0;
-  return plan_call(p, 1, dev).kernel == Kernel::GEMV_DP4A;
+  const Kernel k = plan_call(p, 1, dev).kernel;
+  const Forced &f = forced(); /* tests: another kernel forced takes the quantized codes */
+  if (f.kernel != Kernel::NONE && k != f.kernel) return 0;
+  return k == Kernel::GEMV_DP4A || k == Kernel::GEMV_MMA;
 }
 
 /* Rows by token (a_index) are read in place by w4a16.cu's tiles (MoE blocks at T = 8, 64: 0.96-1.00x the time
