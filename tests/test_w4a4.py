@@ -212,7 +212,8 @@ def test_w4a4_rows_quantized_in_kernel(gen, m, k):
         x = activations((2, m, k), x_dtype, gen, "cuda")
         g = global_scale_of(x)
         if hopper and not FORCED:
-            quantized = " (roles swapped, x quantized in the kernel)" if m * k <= 2 * 4096 else " (roles swapped)"
+            # gemv_mma_can_run: up to 2 blocks of 16 a thread of 512
+            quantized = " (roles swapped, x quantized in the kernel)" if m * k <= 2 * 512 * 16 else " (roles swapped)"
             assert nk.kernel_name("gemm_w4a4", x[0], t2, ts2) == "gemv_mma" + quantized
             assert nk.kernel_name("gemm_w4a4", x[0], b1.data[0], b1.sf[0]).endswith("(roles swapped)")
         out = poisoned((2, m, 264), "cuda", x_dtype)
