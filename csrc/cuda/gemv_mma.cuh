@@ -452,11 +452,12 @@ int mma_cpl(const nvfp4_matmul &p, const DeviceInfo &dev) {
 
 template <int SFA, int NV, int CPL>
 cudaError_t launch_build(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
-  if constexpr (NV <= QX_MAX_NV) { /* x quantized in the kernel (gemv_mma_can_run) */
+  if constexpr (NV <= QX_MAX_NV && SFA == SF_BY_TILE) { /* x quantized in the kernel (gemv_mma_can_run) */
     if (p.a_global)
       return p.b2.data ? gemv_launch<Mma<SFA, NV, true, CPL, true>>(p, c_vec_stride, bias_by_row, stream)
                        : gemv_launch<Mma<SFA, NV, false, CPL, true>>(p, c_vec_stride, bias_by_row, stream);
   }
+  if (p.a_global) return cudaErrorNotSupported; /* no such build: gemv_mma_can_run refuses it */
   return p.b2.data ? gemv_launch<Mma<SFA, NV, true, CPL>>(p, c_vec_stride, bias_by_row, stream)
                    : gemv_launch<Mma<SFA, NV, false, CPL>>(p, c_vec_stride, bias_by_row, stream);
 }
