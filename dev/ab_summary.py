@@ -18,7 +18,7 @@ pats = [
     (re.compile(r"^(\w+) r(\d+)\| (\w+) +(.+?) +(ok  |FAIL) +([\d.]+) us .* loop +([\d.]+)"),
      lambda m: (f"C {m[3][:5]} {re.sub(r'[^0-9x]+', ' ', m[4]).strip()}{'' if m[5].startswith('ok') else ' FAIL'}",
                 f"{m[6]}:{m[7]}")),
-    (re.compile(r"^(\w+) r(\d+)\| +(\w+) +(\w+) +(\d+) +(w4a4|w4a16) +([\d.]+) +[\d.]+ +[\d.]+x"),
+    (re.compile(r"^(\w+) r(\d+)\| +(\S+) +(\w+) +(\d+) +(w4a4t?|w4a16[pt]?) +([\d.]+) +[\d.]+ +[\d.]+x"),
      lambda m: (f"{m[3]} {m[4]} M={m[5]} {m[6]}", m[7])),
 ]
 rows, variants = OrderedDict(), []
