@@ -251,6 +251,9 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
   }
   {  // the vectors into shared memory, while the first stages are in flight
     float *sbw = reinterpret_cast<float *>(smem + plan.sb);
+    // block kb (16 codes) of column j: its int8 2b at plane j's 16 kb, its scale / 4 among chunk kb / 2's 4 U
+    auto codes_of = [&](int j, int kb) { return reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 16 * kb); };
+    auto scale_of = [&](int j, int kb) -> float & { return sbw[(kb >> 1) * 4 * U + (kb & 1) * 2 * U + j]; };
     auto store_b = [&](int f, const BChunk &b) {
       const int j = vector_of<NV>(f, chunks), c = f - j * chunks;
       uint4 lo, hi;  // int8 2b of codes 0..15 and 16..31 of the chunk, in order
@@ -258,29 +261,28 @@ __global__ void __launch_bounds__(MmaCfg<NV, CPL>::THREADS, MmaCfg<NV, CPL>::MIN
       nvfp4_e2m1x8_to_s8x8(b.v.y, lo.z, lo.w);
       nvfp4_e2m1x8_to_s8x8(b.v.z, hi.x, hi.y);
       nvfp4_e2m1x8_to_s8x8(b.v.w, hi.z, hi.w);
-      uint4 *dst = reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 32 * c);
-      dst[0] = lo, dst[1] = hi;
-      sbw[c * 4 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s0);
-      sbw[c * 4 * U + 2 * U + j] = 0.25f * nvfp4_e4m3_to_float(b.s1);
+      *codes_of(j, 2 * c) = lo, *codes_of(j, 2 * c + 1) = hi;
+      scale_of(j, 2 * c) = 0.25f * nvfp4_e4m3_to_float(b.s0);
+      scale_of(j, 2 * c + 1) = 0.25f * nvfp4_e4m3_to_float(b.s1);
     };
     if constexpr (QX) {
       const bool bf16 = p.a_type == NVFP4_BF16;
 #pragma unroll
-      for (int i = 0; i < QX_BLOCKS; i++) {  // block kb of vector j: 16 bytes at plane j's 16 kb
+      for (int i = 0; i < QX_BLOCKS; i++) {  // block kb of vector j
         const int f = tid + i * THREADS, j = vector_of<NV>(f, k_blocks), kb = f - j * k_blocks;
         if (f >= x_blocks) continue;
         const uint4 u0 = x_early[2 * i], u1 = x_early[2 * i + 1];
         const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
         uint32_t v[4];
         const float sx = x16_block_to_s8(w, bf16, gs, v);
-        *reinterpret_cast<uint4 *>(smem + plan.b8 + j * plan.plane + 16 * kb) = make_uint4(v[0], v[1], v[2], v[3]);
-        sbw[(kb >> 1) * 4 * U + (kb & 1) * 2 * U + j] = 0.25f * sx;
+        *codes_of(j, kb) = make_uint4(v[0], v[1], v[2], v[3]);
+        scale_of(j, kb) = 0.25f * sx;
       }
     } else {
       vectors.rest(tid, nv * chunks, load_b, store_b);
     }
     for (int v = nv; v < 2 * U; v++)  // the columns past the vectors: scales 0 (their B reads the zero block)
-      for (int c = tid; c < chunks; c += THREADS) sbw[c * 4 * U + v] = sbw[c * 4 * U + 2 * U + v] = 0.f;
+      for (int c = tid; c < chunks; c += THREADS) scale_of(v, 2 * c) = scale_of(v, 2 * c + 1) = 0.f;
     if (tid < 8) reinterpret_cast<uint32_t *>(smem + plan.zero)[tid] = 0u;
     if (tid < 4) reinterpret_cast<uint32_t *>(smem + plan.table)[tid] = NVFP4_E2M1_MAG_03;
   }
