@@ -241,12 +241,14 @@ def main(only):
                 bad += not close(got, reference.gemm_w4a4(x, b.data, b.sf, 0.5, alpha, bias))
     if section("w4a4 by tile"):
         # the checkpoint's bytes laid out by tile (a w4a4 NVFP4Linear on a GPU): one row on the dp4a GEMV that
-        # quantizes it (bf16 x, the global scale a tensor) or after the quantize kernel (fp16 x, a float); rows
+        # quantizes it (bf16 x, the global scale a tensor; CTAs of 512 threads, of 1024 at 3.5 blocks of x a
+        # thread) or after the quantize kernel (fp16 x, a float); rows
         # split unevenly over warps, or not; one and two chunks a lane; K past whole groups of 4 K steps; the dual;
         # 2 to 4 rows on the integer-mma GEMV (split sets from an odd step, two steps an item, K past whole
         # groups; bf16 x quantized in it up to 2 blocks of 16 a thread, 3 x 4096; 4 x 8192 quantized first); then
         # rows on the quantized values (W4A16 kernels by tile)
         for m, n, k, x_dtype in [(1, 384, 1088, bf16), (1, 4352, 768, torch.float16), (1, 128, 18944, bf16),
+                                 (1, 128, 28672, bf16),
                                  (1, 6144, 1024, bf16), (2, 128, 3456, bf16), (3, 256, 640, torch.float16),
                                  (3, 384, 4096, bf16), (4, 256, 8192, bf16), (4, 128, 24576, bf16),
                                  (7, 256, 512, bf16), (40, 384, 1024, torch.float16)]:

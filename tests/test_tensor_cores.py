@@ -19,6 +19,8 @@ from conftest import HAS_CUDA, assert_matches
 from helpers import (FORCED, gemm_problem, gemv_problem, is_gemv, launched, layouts_for, mma_rule, mma_share_steps,
                      poisoned, ref_gemm, ref_gemv, skinny_expected, w4a16_slack)
 from nvfp4_kernels import reference
+from test_epilogue import activations
+from test_w4a4 import global_scale_of
 
 IS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
 # Tests of which kernel the planner picks; with a kernel forced ahead of it they do not apply.
@@ -381,13 +383,13 @@ def test_gemv_chunks_per_lane(gen, layout, rows, k, chunks):
     """A GEMV of one vector streams two 16-byte chunks per lane and step where K % 128 == 0 and
     there is a row for every warp of a full wave (4 CTAs of 8 warps per multiprocessor), one where
     K % 128 == 64 or rows are few (csrc/cuda/gemv_dp4a.cu, launch_shape): the kernel's CPL template
-    argument (then SPLIT and QX), and the result."""
+    argument (then SPLIT and QX: 0, x not quantized in it), and the result."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     m = 32 * sms + 3 if rows == "wave" else 500
     a, b = gemv_problem(None, m, k, gen, "cuda", (layout, "linear"))
     out = poisoned((m,), "cuda")
     _, names = launched(lambda: nk.gemv(a.data, b.data, a.sf, b.sf, out=out))
-    kernel = rf"gemv_dp4a_kernel<\d+, \d+, 1, false, {chunks}, (true|false), false>"
+    kernel = rf"gemv_dp4a_kernel<\d+, \d+, 1, false, {chunks}, (true|false), 0>"
     assert any(re.search(kernel, n) for n in names), names
     assert_matches(out, ref_gemv(a, b), f"gemv M={m} K={k} {layout} on cuda")
 
@@ -457,6 +459,33 @@ def test_gemv_split_rows(gen, layout, op, L, m, n, k, linear, blocked):
              if is_gemv(name)]
     assert grids == [((grid, L or 1, 1), split)], grids
     assert_matches(out, ref, f"{op} L={L} M={m} N={n} K={k} {layout} on cuda")
+
+
+@routing
+@pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90): x quantized in the GEMV")
+@pytest.mark.parametrize("n,k,dual,threads", [(6144, 4096, False, 512), (14336, 4096, True, 512),
+                                              (4096, 24576, False, 512), (18944, 3584, True, 1024),
+                                              (4096, 25600, False, 1024), (34048, 64, False, 1024)])
+def test_by_tile_gemv_quantizing_ctas(gen, n, k, dual, threads):
+    """One activation row on weights laid out by tile, x quantized in the dp4a GEMV: CTAs of 512 threads where
+    every warp of one CTA a multiprocessor has at most one row set (16 rows, 8 of a dual) and a thread at most 3
+    blocks of x (K <= 24576), else of 1024 (Qwen2.5-7B gate_up: 2368 dual sets; K = 25600; 2128 sets): the
+    kernel's last template argument, and the exact result."""
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the choice asserted here is that of a GPU of 132 multiprocessors")
+    b1, b2 = (random_operand(None, n, k, gen=gen, device="cuda") for _ in range(2))
+    (t1, ts1), (t2, ts2) = (nk.layouts.to_expert_tiles(b.data[None], b.sf[None]) for b in (b1, b2))
+    x = activations((1, k), torch.bfloat16, gen, "cuda")
+    g = global_scale_of(x)
+    if dual:
+        out, names = launched(lambda: nk.dual_gemm_w4a4(x, t1, t2, ts1, ts2, global_scale=g, alpha2=-2.0))
+        want = reference.dual_gemm_w4a4(x, b1.data, b2.data, b1.sf, b2.sf, g, None, -2.0)
+    else:
+        out, names = launched(lambda: nk.gemm_w4a4(x, t1, ts1, global_scale=g, alpha=-0.75))
+        want = reference.gemm_w4a4(x, b1.data, b1.sf, g, -0.75)
+    got = [re.search(r"gemv_dp4a_kernel<.*, (\d+)>", name) for name in names if is_gemv(name)]
+    assert [m[1] for m in got if m] == [str(threads)], names
+    assert_matches(out, want, f"{'dual' if dual else 'gemm'} 1 x {n} x {k} by tile")
 
 
 @routing

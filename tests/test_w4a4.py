@@ -120,11 +120,13 @@ def by_tile(b):
 
 
 # M = 1 (the dp4a GEMV quantizing x: one and two chunks a lane, rows split or not, K past whole groups of 4 K
-# steps), 2 to 4 (the integer-mma GEMV: one and two steps an item (3, 4 x 128 x 24576), sets split unevenly, from
-# odd steps (2, 3 x 128 x 3456: 27 steps over 8 warps), K past whole groups (640); 3 rows on its four-vector
-# build), more (the quantized values on the W4A16 kernels: GEMV, tiles, wgmma)
+# steps; CTAs of 512 threads, of 1024 past 3 blocks of x a thread), 2 to 4 (the integer-mma GEMV: one and two steps
+# an item (3, 4 x 128 x 24576), sets split unevenly, from odd steps (2, 3 x 128 x 3456: 27 steps over 8 warps), K past
+# whole groups (640); 3 rows on its four-vector build), more (the quantized values on the W4A16 kernels: GEMV, tiles,
+# wgmma)
 TILE_SHAPES = [(1, 256, 4096), (1, 6144, 1024), (1, 4352, 768), (1, 128, 18944), (1, 384, 1088), (1, 4608, 3584),
-               (2, 256, 2048), (2, 128, 3456), (2, 256, 640), (3, 384, 512), (3, 128, 3456), (3, 128, 24576),
+               (1, 128, 28672), (2, 256, 2048), (2, 128, 3456), (2, 256, 640), (3, 384, 512), (3, 128, 3456),
+               (3, 128, 24576),
                (4, 128, 4096), (4, 128, 24576), (4, 4096, 1024), (7, 256, 1024), (16, 384, 2048), (40, 256, 512),
                (200, 128, 1024)]
 

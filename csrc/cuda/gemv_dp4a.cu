@@ -36,10 +36,13 @@
  * global scale is in device memory): it comes as 16-bit values (p.a_type)
  * and each 16 are quantized as the quantize kernel does (numerics.cuh's
  * encoder) straight into the int8 planes and scales, in place of the codes'
- * load and decode: four threads a block up to K = 8192, else a block a
+ * load and decode: four threads a block while a thread has at most two
+ * quarters (K <= 8192 at 1024 threads, 4096 at 512), else a block a
  * thread, each thread's first 32 bytes of x loaded before the ring's first
- * copies. CTAs of 1024 threads, one an SM, so that an SM quantizes the vector
- * once. The quantize launch it replaces cost more (docs/PERF.md).
+ * copies. One CTA an SM, so that an SM quantizes the vector once: of 512
+ * threads by tile where that leaves no warp a second row set, else of 1024
+ * (QX_NARROW, QX_WIDE). The quantize launch it replaces cost more
+ * (docs/PERF.md).
  *
  * Runs (gemv_dp4a_can_run): gemv_streams (gemv.cuh), N <= 4, and the vectors
  * (N * K * 1.25 bytes) and the ring within the device's shared memory. LPR *
@@ -62,17 +65,20 @@ namespace {
 constexpr int THREADS_1 = 256, WARPS_1 = THREADS_1 / 32, STAGES_1 = 6; /* NV = 1 */
 constexpr int STAGES_2 = 3;                                           /* NV = 1, CPL = 2 */
 constexpr int THREADS_NV = 512, STAGES_NV = 6;                        /* NV = 2..4 */
-/* x quantized in the kernel (QX): one CTA of 32 warps an SM, so that an SM quantizes the vector once */
-constexpr int THREADS_QX = 1024;
+/* x quantized in the kernel (QX, its value the CTA's threads): one CTA an SM, so that an SM quantizes the vector
+ * once; of 16 warps where each warp has at most one row set and a thread at most 3 blocks of x (by tile,
+ * launch_by_tile), else of 32 */
+constexpr int QX_NARROW = 512, QX_WIDE = 1024;
 
 /* CTA size and ring depth of a kernel of NV vectors and CPL 16-byte chunks of
  * A per lane and step (2: one vector, K % 128 == 0, rows for a full wave;
  * launch_shape). */
-template <int NV, int CPL = 1, bool QX = false>
+template <int NV, int CPL = 1, int QX = 0>
 struct Cfg {
   static_assert(CPL == 1 || (CPL == 2 && NV == 1), "two chunks per lane: the GEMV of one vector");
   static_assert(!QX || NV == 1, "x quantized in the kernel: one vector");
-  static constexpr int THREADS = QX ? THREADS_QX : NV == 1 ? THREADS_1 : THREADS_NV;
+  static_assert(!QX || QX == QX_NARROW || QX == QX_WIDE, "x quantized in the kernel: CTAs of 512 or 1024 threads");
+  static constexpr int THREADS = QX ? QX : NV == 1 ? THREADS_1 : THREADS_NV;
   static constexpr int WARPS = THREADS / 32;
   static constexpr int STAGES = NV > 1 ? STAGES_NV : CPL == 2 ? STAGES_2 : STAGES_1;
   static constexpr int MIN_CTAS = QX ? 1 : NV == 1 ? 0 : 512 / THREADS; /* launch bounds: <= 128 registers */
@@ -82,7 +88,7 @@ struct Cfg {
 constexpr int GEMV_MAX_NV = 4;
 
 /* Shared-memory plan of one CTA of NV vectors. */
-template <int NV, int CPL = 1, bool QX = false>
+template <int NV, int CPL = 1, int QX = 0>
 struct GemvSmem {
   static constexpr int64_t nv = NV, THREADS = Cfg<NV, CPL, QX>::THREADS, STAGES = Cfg<NV, CPL, QX>::STAGES;
   int64_t b8, sb, ring_a, ring_s, table, part, total;
@@ -153,7 +159,7 @@ __device__ __forceinline__ float dot16_s8(uint32_t lo0, uint32_t hi0, uint32_t l
  * p.b2 (A's shape and scale layout) too, result silu(A b) * (A2 b). The
  * epilogue's bias goes by row where bias_by_row (the roles swapped), else by
  * vector. */
-template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT, bool QX>
+template <int SFA_LAYOUT, int LPR, int NV, bool DUAL, int CPL, bool SPLIT, int QX>
 __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::MIN_CTAS)
     gemv_dp4a_kernel(const __grid_constant__ nvfp4_matmul p, int64_t l_base, const GemvDeal deal, int64_t c_vec_stride, bool bias_by_row) {
   static_assert(!DUAL || CPL == 1, "the dual streams one chunk per lane");
@@ -272,10 +278,10 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
     if (!QX && f < b_chunks) early_b[i] = load_b(j, f - j * chunks);
   }
   // x quantized here (QX): by four threads a block while each thread has at most two of those quarters (K <= 8192
-  // with 1024 threads), else a block a thread; its global scale and each thread's first 32 bytes of x (its two
-  // quarters or its first block) loaded early as b's chunks are. (Quarters loaded after the ring's first copies
-  // wait behind them: H200, 2026-12-03, the down projections of Llama-3 and Qwen2.5 at M = 1, K >= 14336, took
-  // 1.02-1.09x a block a thread's time, both loaded after the copies; docs/PERF.md.)
+  // with 1024 threads, 4096 with 512), else a block a thread; its global scale and each thread's first 32 bytes of
+  // x (its two quarters or its first block) loaded early as b's chunks are. (Quarters loaded after the ring's first
+  // copies wait behind them: H200, 2026-12-03, the down projections of Llama-3 and Qwen2.5 at M = 1, K >= 14336,
+  // took 1.02-1.09x a block a thread's time, both loaded after the copies; docs/PERF.md.)
   const bool quarters = 4 * k_blocks <= 2 * THREADS;
   float gs = 0.f;
   uint4 early_x[2] = {};
@@ -487,7 +493,7 @@ __global__ void __launch_bounds__(Cfg<NV, CPL, QX>::THREADS, Cfg<NV, CPL, QX>::M
 }
 
 /* The kernel as gemv_launch sees it (gemv.cuh). */
-template <int SFA, int LPR, int NV, bool DUAL, int CPL, bool QX = false>
+template <int SFA, int LPR, int NV, bool DUAL, int CPL, int QX = 0>
 struct Dp4a {
   static constexpr int THREADS = Cfg<NV, CPL, QX>::THREADS, WARPS = Cfg<NV, CPL, QX>::WARPS, VECTORS = NV;
   static constexpr bool CAN_SPLIT = NV == 1;
@@ -521,7 +527,7 @@ struct Dp4a {
  * slower on an H200 (7168 x 16384: 36 vs 19 us with one vector): each
  * 16-byte copy instruction then touches half of every 32-byte sector,
  * doubling the L2 requests. */
-template <int SFA, int NV, bool DUAL = false, bool QX = false>
+template <int SFA, int NV, bool DUAL = false, int QX = 0>
 cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   switch ((p.k / 32) % 8 == 0 ? 8 : (p.k / 32) % 4 == 0 ? 4 : 2) {
     case 8: return gemv_launch<Dp4a<SFA, 8, NV, DUAL, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
@@ -538,7 +544,7 @@ cudaError_t launch_vectors(const nvfp4_matmul &p, int64_t c_vec_stride, bool bia
  * warp's few items are latency-bound and the 3-deep ring holds fewer bytes
  * in flight per thread than the 6-deep one (64 against 80): 512 x 7168 3.6
  * -> 4.5 us, 1000 x 7168 3.8 -> 4.6, so one chunk there. */
-template <int SFA, int CPL, bool QX = false>
+template <int SFA, int CPL, int QX = 0>
 cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   const int64_t chunks = p.k / 32 / CPL; /* a lane's steps of a row, times LPR */
   if (SFA == NVFP4_SF_BLOCKED && chunks % 8 == 0 &&
@@ -569,7 +575,7 @@ cudaError_t launch_rows(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_b
  * M = 1 (x quantized in the kernel), time by tile over the checkpoint layout's: 8 lanes a row (even splits of up
  * to 8 warps) 1.10-1.28x, 4 lanes (uneven splits) 1.08-1.35x; 2 lanes, even splits 0.93-1.42x (8B down on 64 of
  * 132 SMs), uneven splits of up to 32 warps 0.91-1.21x (layers 0.98-1.11x; the duals 0.91-1.10x). */
-template <bool QX>
+template <int QX>
 cudaError_t launch_by_tile(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   constexpr int S = SF_BY_TILE, LPR = 2;
   if (p.b2.data) return gemv_launch<Dp4a<S, LPR, 1, true, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
@@ -587,10 +593,10 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_
    * 512 bytes of A, more than the SM can serve at the DRAM rate. The dual
    * takes the same path for any vector count: a warp holds both halves. */
   if (p.a_global) { /* x quantized in the kernel (gemv_dp4a_can_run: one vector) */
-    if (p.b2.data) return launch_vectors<SFA, 1, true, true>(p, c_vec_stride, bias_by_row, stream);
+    if (p.b2.data) return launch_vectors<SFA, 1, true, QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
     const bool two = p.k % 128 == 0 && p.m * p.batch >= (int64_t)device_info().sms * 4 * WARPS_1;
-    return two ? launch_rows<SFA, 2, true>(p, c_vec_stride, bias_by_row, stream)
-               : launch_rows<SFA, 1, true>(p, c_vec_stride, bias_by_row, stream);
+    return two ? launch_rows<SFA, 2, QX_WIDE>(p, c_vec_stride, bias_by_row, stream)
+               : launch_rows<SFA, 1, QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
   }
   if (p.b2.data) switch (p.n) {
       case 1: return launch_vectors<SFA, 1, true>(p, c_vec_stride, bias_by_row, stream);
@@ -621,7 +627,7 @@ bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
   if (p.b.tile_rows || (p.a.tile_rows && (p.a.tile_rows != NVFP4_TILE_ROWS || p.n != 1))) return false;
   if (p.a_global) /* the vector as 16-bit values (a_type), quantized in the kernel: one, its rows 16-byte aligned */
     return p.n == 1 && p.a_type != NVFP4_E2M1 && !p.offs &&
-           std::max(GemvSmem<1, 1, true>(p.k).total, GemvSmem<1, 2, true>(p.k).total) <= dev.smem_optin;
+           std::max(GemvSmem<1, 1, QX_WIDE>(p.k).total, GemvSmem<1, 2, QX_WIDE>(p.k).total) <= dev.smem_optin;
   if (p.a_type != NVFP4_E2M1) return false;
   const int64_t smem = p.n == 1 ? std::max(GemvSmem<1>(p.k).total, GemvSmem<1, 2>(p.k).total)
                        : p.n == 2 ? GemvSmem<2>(p.k).total
@@ -630,9 +636,18 @@ bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
 }
 
 cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
-  if (p.a.tile_rows)
-    return p.a_global ? launch_by_tile<true>(p, c_vec_stride, bias_by_row, stream)
-                      : launch_by_tile<false>(p, c_vec_stride, bias_by_row, stream);
+  if (p.a.tile_rows) {
+    if (!p.a_global) return launch_by_tile<0>(p, c_vec_stride, bias_by_row, stream);
+    /* x quantized here: CTAs of 16 warps where every warp of one a multiprocessor has at most one row set (16
+     * rows, 8 of a dual; a set split over warps or not) and each thread at most 3 blocks of x, else of 32. H200,
+     * 2026-12-03, layers at M = 1 by tile, 16 warps against 32: Llama-3-8B o 6.65 -> 5.3 us, gate_up 22.7 ->
+     * 20.9; Qwen3-8B gate_up 21.3 -> 18.2; Qwen2.5-7B gate_up (2368 sets) 24.4 -> 27.8 (a second set for some
+     * warps), Qwen3-32B down (K = 25600, 3.1 blocks a thread) 25.5 -> 26.2. */
+    const int64_t sets = (p.m + (p.b2.data ? 7 : 15)) / (p.b2.data ? 8 : 16);
+    const bool narrow = sets * p.batch <= (int64_t)device_info().sms * (QX_NARROW / 32) && p.k / 16 <= 3 * QX_NARROW;
+    return narrow ? launch_by_tile<QX_NARROW>(p, c_vec_stride, bias_by_row, stream)
+                  : launch_by_tile<QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
+  }
   return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, c_vec_stride, bias_by_row, stream)
                                           : launch_shape<NVFP4_SF_BLOCKED>(p, c_vec_stride, bias_by_row, stream);
 }
