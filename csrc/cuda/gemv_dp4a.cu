@@ -643,7 +643,7 @@ cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool b
      * 2026-12-03, layers at M = 1 by tile, 16 warps against 32: Llama-3-8B o 6.65 -> 5.3 us, gate_up 22.7 ->
      * 20.9; Qwen3-8B gate_up 21.3 -> 18.2; Qwen2.5-7B gate_up (2368 sets) 24.4 -> 27.8 (a second set for some
      * warps), Qwen3-32B down (K = 25600, 3.1 blocks a thread) 25.5 -> 26.2. */
-    const int64_t sets = (p.m + (p.b2.data ? 7 : 15)) / (p.b2.data ? 8 : 16);
+    const int64_t sets = p.b2.data ? RowSets<SF_BY_TILE, 2, true>::count(p.m) : RowSets<SF_BY_TILE, 2>::count(p.m);
     const bool narrow = sets * p.batch <= (int64_t)device_info().sms * (QX_NARROW / 32) && p.k / 16 <= 3 * QX_NARROW;
     return narrow ? launch_by_tile<QX_NARROW>(p, c_vec_stride, bias_by_row, stream)
                   : launch_by_tile<QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
