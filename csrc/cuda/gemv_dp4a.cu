@@ -40,8 +40,8 @@
  * quarters (K <= 8192 at 1024 threads, 4096 at 512), else a block a
  * thread, each thread's first 32 bytes of x loaded before the ring's first
  * copies. One CTA an SM, so that an SM quantizes the vector once: of 512
- * threads by tile where that leaves no warp a second row set, else of 1024
- * (QX_NARROW, QX_WIDE). The quantize launch it replaces cost more
+ * threads where the start and end of 32 warps would cost more than they
+ * hide (QX_NARROW, QX_WIDE), else of 1024. The quantize launch it replaces cost more
  * (docs/PERF.md).
  *
  * Runs (gemv_dp4a_can_run): gemv_streams (gemv.cuh), N <= 4, and the vectors
@@ -67,7 +67,7 @@ constexpr int STAGES_2 = 3;                                           /* NV = 1,
 constexpr int THREADS_NV = 512, STAGES_NV = 6;                        /* NV = 2..4 */
 /* x quantized in the kernel (QX, its value the CTA's threads): one CTA an SM, so that an SM quantizes the vector
  * once; of 16 warps where each warp has at most one row set and a thread at most 3 blocks of x (by tile,
- * launch_by_tile), else of 32 */
+ * gemv_dp4a_launch) or at most two quarters of a block (the checkpoint's layouts, launch_qx), else of 32 */
 constexpr int QX_NARROW = 512, QX_WIDE = 1024;
 
 /* CTA size and ring depth of a kernel of NV vectors and CPL 16-byte chunks of
@@ -584,6 +584,18 @@ cudaError_t launch_by_tile(const nvfp4_matmul &p, int64_t c_vec_stride, bool bia
              : gemv_launch<Dp4a<S, LPR, 1, false, 1, QX>>(p, c_vec_stride, bias_by_row, stream);
 }
 
+/* x quantized in the kernel, the checkpoint's layouts: CTAs of 16 warps while a thread has at most two quarters of
+ * blocks of x (K <= 4096), else of 32. H200, 2026-12-03, 16 warps against 32 (K <= 4096 at M = 1): Llama-3-8B o
+ * 6.15 -> 5.2 us, Qwen2.5-7B gate_up 23.5 -> 22.1, Qwen3-8B gate_up 18.5 -> 17.2; Qwen3-32B o (K = 5120, a block
+ * a thread at 16 warps) 9.4 -> 10.35, down (K = 25600) 24.1 -> 29.1. */
+template <int SFA, int QX>
+cudaError_t launch_qx(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
+  if (p.b2.data) return launch_vectors<SFA, 1, true, QX>(p, c_vec_stride, bias_by_row, stream);
+  const bool two = p.k % 128 == 0 && p.m * p.batch >= (int64_t)device_info().sms * 4 * WARPS_1;
+  return two ? launch_rows<SFA, 2, QX>(p, c_vec_stride, bias_by_row, stream)
+             : launch_rows<SFA, 1, QX>(p, c_vec_stride, bias_by_row, stream);
+}
+
 template <int SFA>
 cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   /* Several vectors: at most 8 lanes per row. Lanes of a warp that share a
@@ -592,12 +604,9 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_
    * lanes of one row need 10; with 4 vectors that would be ~40 wavefronts per
    * 512 bytes of A, more than the SM can serve at the DRAM rate. The dual
    * takes the same path for any vector count: a warp holds both halves. */
-  if (p.a_global) { /* x quantized in the kernel (gemv_dp4a_can_run: one vector) */
-    if (p.b2.data) return launch_vectors<SFA, 1, true, QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
-    const bool two = p.k % 128 == 0 && p.m * p.batch >= (int64_t)device_info().sms * 4 * WARPS_1;
-    return two ? launch_rows<SFA, 2, QX_WIDE>(p, c_vec_stride, bias_by_row, stream)
-               : launch_rows<SFA, 1, QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
-  }
+  if (p.a_global) /* x quantized in the kernel (gemv_dp4a_can_run: one vector) */
+    return 4 * (p.k / 16) <= 2 * QX_NARROW ? launch_qx<SFA, QX_NARROW>(p, c_vec_stride, bias_by_row, stream)
+                                           : launch_qx<SFA, QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
   if (p.b2.data) switch (p.n) {
       case 1: return launch_vectors<SFA, 1, true>(p, c_vec_stride, bias_by_row, stream);
       case 2: return launch_vectors<SFA, 2, true>(p, c_vec_stride, bias_by_row, stream);
