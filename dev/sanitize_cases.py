@@ -241,14 +241,14 @@ def main(only):
                 bad += not close(got, reference.gemm_w4a4(x, b.data, b.sf, 0.5, alpha, bias))
     if section("w4a4 by tile"):
         # the checkpoint's bytes laid out by tile (a w4a4 NVFP4Linear on a GPU): one row on the dp4a GEMV that
-        # quantizes it (bf16 x, the global scale a tensor; CTAs of 512 threads, of 1024 at 3.5 blocks of x a
-        # thread) or after the quantize kernel (fp16 x, a float); rows
+        # quantizes it (bf16 x, the global scale a tensor; CTAs of 512 threads, of 768 at 3.5 blocks of x a
+        # thread, of 1024 at 5) or after the quantize kernel (fp16 x, a float); rows
         # split unevenly over warps, or not; one and two chunks a lane; K past whole groups of 4 K steps; the dual;
         # 2 to 4 rows on the integer-mma GEMV (split sets from an odd step, two steps an item, K past whole
         # groups; bf16 x quantized in it up to 2 blocks of 16 a thread, 3 x 4096; 4 x 8192 quantized first); then
         # rows on the quantized values (W4A16 kernels by tile)
         for m, n, k, x_dtype in [(1, 384, 1088, bf16), (1, 4352, 768, torch.float16), (1, 128, 18944, bf16),
-                                 (1, 128, 28672, bf16),
+                                 (1, 128, 28672, bf16), (1, 128, 40960, bf16),
                                  (1, 6144, 1024, bf16), (2, 128, 3456, bf16), (3, 256, 640, torch.float16),
                                  (3, 384, 4096, bf16), (4, 256, 8192, bf16), (4, 128, 24576, bf16),
                                  (7, 256, 512, bf16), (40, 384, 1024, torch.float16)]:
@@ -261,6 +261,20 @@ def main(only):
             bad += not close(got, reference.gemm_w4a4(x, b.data, b.sf, g, -0.75))
             got = nk.dual_gemm_w4a4(x, t, t2, ts, ts2, global_scale=g, alpha2=2.0)
             bad += not close(got, reference.dual_gemm_w4a4(x, b.data, b2.data, b.sf, b2.sf, g, None, 2.0))
+    if section("w4a4 one row"):
+        # one row quantized in the dp4a GEMV on the checkpoint's layouts, batched: CTAs of 512 (K = 4096), 768 (5120)
+        # and 1024 threads (18944: a block of x a thread); gemm and dual
+        for k, lay in [(4096, "linear"), (5120, "blocked"), (5120, "linear"), (18944, "linear")]:
+            b, b2 = (random_operand(2, 136, k, gen=gen, device=dev, layout=lay) for _ in range(2))
+            x = torch.randn(2, 1, k, generator=gen).to(bf16).to(dev)
+            g = torch.tensor([0.5], device=dev)
+            print("  ", k, lay, nk.kernel_name("gemm_w4a4", x, b.data, b.sf), flush=True)
+            got = nk.gemm_w4a4(x, b.data, b.sf, global_scale=g, alpha=-0.75)
+            bad += not close(got, torch.stack([reference.gemm_w4a4(x[i], b.data[i], b.sf[i], g, -0.75)
+                                               for i in range(2)]))
+            got = nk.dual_gemm_w4a4(x[0], b.data[0], b2.data[0], b.sf[0], b2.sf[0], global_scale=g, alpha2=2.0)
+            bad += not close(got, reference.dual_gemm_w4a4(x[0], b.data[0], b2.data[0], b.sf[0], b2.sf[0], g, None,
+                                                           2.0))
     if section("grouped_mm"):
         # rows grouped by expert (common.cuh's expert_tile): empty experts, rows past the last, 16- and 64-row
         # tiles, plain and gated, split K (w4a16.cu); from 64 rows an expert the wgmma kernel's 128-row tiles

@@ -464,13 +464,15 @@ def test_gemv_split_rows(gen, layout, op, L, m, n, k, linear, blocked):
 @routing
 @pytest.mark.skipif(not IS_HOPPER, reason="needs a Hopper GPU (sm_90): x quantized in the GEMV")
 @pytest.mark.parametrize("n,k,dual,threads", [(6144, 4096, False, 512), (14336, 4096, True, 512),
-                                              (4096, 24576, False, 512), (18944, 3584, True, 1024),
-                                              (4096, 25600, False, 1024), (34048, 64, False, 1024)])
+                                              (4096, 24576, False, 512), (18944, 3584, True, 768),
+                                              (4096, 25600, False, 768), (34048, 64, False, 768),
+                                              (28672, 1024, True, 1024), (128, 36864 + 128, False, 1024)])
 def test_by_tile_gemv_quantizing_ctas(gen, n, k, dual, threads):
-    """One activation row on weights laid out by tile, x quantized in the dp4a GEMV: CTAs of 512 threads where
-    every warp of one CTA a multiprocessor has at most one row set (16 rows, 8 of a dual) and a thread at most 3
-    blocks of x (K <= 24576), else of 1024 (Qwen2.5-7B gate_up: 2368 dual sets; K = 25600; 2128 sets): the
-    kernel's last template argument, and the exact result."""
+    """One activation row on weights laid out by tile, x quantized in the dp4a GEMV: CTAs of the fewest of 512, 768
+    and 1024 threads where every warp of one CTA a multiprocessor has at most one row set (16 rows, 8 of a dual)
+    and a thread at most 3 blocks of x: 512 to K = 24576 and 2112 sets; 768 for Qwen2.5-7B gate_up (2368 dual
+    sets), K = 25600 and 2128 sets; 1024 for 3584 dual sets and K past 36864. The kernel's last template
+    argument, and the exact result."""
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the choice asserted here is that of a GPU of 132 multiprocessors")
     b1, b2 = (random_operand(None, n, k, gen=gen, device="cuda") for _ in range(2))

@@ -120,7 +120,7 @@ def by_tile(b):
 
 
 # M = 1 (the dp4a GEMV quantizing x: one and two chunks a lane, rows split or not, K past whole groups of 4 K
-# steps; CTAs of 512 threads, of 1024 past 3 blocks of x a thread), 2 to 4 (the integer-mma GEMV: one and two steps
+# steps; CTAs of 512 threads, of 768 past 3 blocks of x a thread), 2 to 4 (the integer-mma GEMV: one and two steps
 # an item (3, 4 x 128 x 24576), sets split unevenly, from odd steps (2, 3 x 128 x 3456: 27 steps over 8 warps), K past
 # whole groups (640); 3 rows on its four-vector build), more (the quantized values on the W4A16 kernels: GEMV, tiles,
 # wgmma)
@@ -167,11 +167,12 @@ def test_w4a4_by_tile(device, gen, m, n, k):
             assert name.startswith(want), (m, name)
 
 
-@pytest.mark.parametrize("k", [64, 4096, 18944, 28672])
+@pytest.mark.parametrize("k", [64, 4096, 5120, 18944, 28672])
 def test_w4a4_quantized_in_kernel(gen, k):
     """One activation row per batch and a global scale given as a tensor: the dp4a GEMV quantizes the row itself
     (no quantize launch); gemm and dual, fp16 and bf16 x, batched, scales subnormal, zero and saturated, a NaN block,
-    K past one block a thread (18944: 37 steps a row, no split), K = 64 (half a warp's quarters of blocks)."""
+    K past one block a thread (18944: 37 steps a row, no split), K = 64 (half a warp's quarters of blocks), CTAs of
+    512, 768 (K = 5120) and 1024 threads."""
     if not torch.cuda.is_available() or not nk.WITH_CUDA:
         pytest.skip("needs a CUDA device and the CUDA build")
     b1, b2 = (random_operand(2, 136, k, gen=gen, device="cuda", layout=lay) for lay in ("linear", "blocked"))

@@ -37,12 +37,13 @@
  * and each 16 are quantized as the quantize kernel does (numerics.cuh's
  * encoder) straight into the int8 planes and scales, in place of the codes'
  * load and decode: four threads a block while a thread has at most two
- * quarters (K <= 8192 at 1024 threads, 4096 at 512), else a block a
- * thread, each thread's first 32 bytes of x loaded before the ring's first
- * copies. One CTA an SM, so that an SM quantizes the vector once: of 512
- * threads where the start and end of 32 warps would cost more than they
- * hide (QX_NARROW, QX_WIDE), else of 1024. The quantize launch it replaces cost more
- * (docs/PERF.md).
+ * quarters (K <= 8192 at 1024 threads, 6144 at 768, 4096 at 512), else a
+ * block a thread, each thread's first 32 bytes of x loaded before the ring's
+ * first copies. One CTA an SM, so that an SM quantizes the vector once: of
+ * the fewest threads of 512, 768 and 1024 (QX_NARROW, QX_MID, QX_WIDE) that
+ * leave no warp a second row set and no thread much of x, since each warp's
+ * start and end cost more than its few items hide. The quantize launch it
+ * replaces cost more (docs/PERF.md).
  *
  * Runs (gemv_dp4a_can_run): gemv_streams (gemv.cuh), N <= 4, and the vectors
  * (N * K * 1.25 bytes) and the ring within the device's shared memory. LPR *
@@ -66,9 +67,9 @@ constexpr int THREADS_1 = 256, WARPS_1 = THREADS_1 / 32, STAGES_1 = 6; /* NV = 1
 constexpr int STAGES_2 = 3;                                           /* NV = 1, CPL = 2 */
 constexpr int THREADS_NV = 512, STAGES_NV = 6;                        /* NV = 2..4 */
 /* x quantized in the kernel (QX, its value the CTA's threads): one CTA an SM, so that an SM quantizes the vector
- * once; of 16 warps where each warp has at most one row set and a thread at most 3 blocks of x (by tile,
- * gemv_dp4a_launch) or at most two quarters of a block (the checkpoint's layouts, launch_qx), else of 32 */
-constexpr int QX_NARROW = 512, QX_WIDE = 1024;
+ * once; of the fewest of 16, 24 and 32 warps where each warp has at most one row set and a thread at most 3 blocks
+ * of x (by tile, gemv_dp4a_launch) or at most two quarters of a block (the checkpoint's layouts, launch_shape) */
+constexpr int QX_NARROW = 512, QX_MID = 768, QX_WIDE = 1024;
 
 /* CTA size and ring depth of a kernel of NV vectors and CPL 16-byte chunks of
  * A per lane and step (2: one vector, K % 128 == 0, rows for a full wave;
@@ -77,7 +78,8 @@ template <int NV, int CPL = 1, int QX = 0>
 struct Cfg {
   static_assert(CPL == 1 || (CPL == 2 && NV == 1), "two chunks per lane: the GEMV of one vector");
   static_assert(!QX || NV == 1, "x quantized in the kernel: one vector");
-  static_assert(!QX || QX == QX_NARROW || QX == QX_WIDE, "x quantized in the kernel: CTAs of 512 or 1024 threads");
+  static_assert(!QX || QX == QX_NARROW || QX == QX_MID || QX == QX_WIDE,
+                "x quantized in the kernel: CTAs of 512, 768 or 1024 threads");
   static constexpr int THREADS = QX ? QX : NV == 1 ? THREADS_1 : THREADS_NV;
   static constexpr int WARPS = THREADS / 32;
   static constexpr int STAGES = NV > 1 ? STAGES_NV : CPL == 2 ? STAGES_2 : STAGES_1;
@@ -585,9 +587,10 @@ cudaError_t launch_by_tile(const nvfp4_matmul &p, int64_t c_vec_stride, bool bia
 }
 
 /* x quantized in the kernel, the checkpoint's layouts: CTAs of 16 warps while a thread has at most two quarters of
- * blocks of x (K <= 4096), else of 32. H200, 2026-12-03, 16 warps against 32 (K <= 4096 at M = 1): Llama-3-8B o
- * 6.15 -> 5.2 us, Qwen2.5-7B gate_up 23.5 -> 22.1, Qwen3-8B gate_up 18.5 -> 17.2; Qwen3-32B o (K = 5120, a block
- * a thread at 16 warps) 9.4 -> 10.35, down (K = 25600) 24.1 -> 29.1. */
+ * blocks of x (K <= 4096), of 24 to K = 6144, else of 32. H200, 2026-12-03, 16 warps against 32 (K <= 4096 at M =
+ * 1): Llama-3-8B o 6.15 -> 5.2 us, Qwen2.5-7B gate_up 23.5 -> 22.1, Qwen3-8B gate_up 18.5 -> 17.2; Qwen3-32B o (K =
+ * 5120, a block a thread at 16 warps) 9.4 -> 10.35, down (K = 25600) 24.1 -> 29.1. 24 warps against 32 (K = 5120,
+ * 3 rounds): Qwen3-32B qkv 11.3 -> 10.1, gate_up 45.7 -> 43.3, o 9.6 -> 9.6. */
 template <int SFA, int QX>
 cudaError_t launch_qx(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   if (p.b2.data) return launch_vectors<SFA, 1, true, QX>(p, c_vec_stride, bias_by_row, stream);
@@ -604,9 +607,11 @@ cudaError_t launch_shape(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_
    * lanes of one row need 10; with 4 vectors that would be ~40 wavefronts per
    * 512 bytes of A, more than the SM can serve at the DRAM rate. The dual
    * takes the same path for any vector count: a warp holds both halves. */
-  if (p.a_global) /* x quantized in the kernel (gemv_dp4a_can_run: one vector) */
-    return 4 * (p.k / 16) <= 2 * QX_NARROW ? launch_qx<SFA, QX_NARROW>(p, c_vec_stride, bias_by_row, stream)
-                                           : launch_qx<SFA, QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
+  if (p.a_global) { /* x quantized in the kernel (gemv_dp4a_can_run: one vector) */
+    if (4 * (p.k / 16) <= 2 * QX_NARROW) return launch_qx<SFA, QX_NARROW>(p, c_vec_stride, bias_by_row, stream);
+    if (4 * (p.k / 16) <= 2 * QX_MID) return launch_qx<SFA, QX_MID>(p, c_vec_stride, bias_by_row, stream);
+    return launch_qx<SFA, QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
+  }
   if (p.b2.data) switch (p.n) {
       case 1: return launch_vectors<SFA, 1, true>(p, c_vec_stride, bias_by_row, stream);
       case 2: return launch_vectors<SFA, 2, true>(p, c_vec_stride, bias_by_row, stream);
@@ -647,15 +652,19 @@ bool gemv_dp4a_can_run(const nvfp4_matmul &p, const DeviceInfo &dev) {
 cudaError_t gemv_dp4a_launch(const nvfp4_matmul &p, int64_t c_vec_stride, bool bias_by_row, cudaStream_t stream) {
   if (p.a.tile_rows) {
     if (!p.a_global) return launch_by_tile<0>(p, c_vec_stride, bias_by_row, stream);
-    /* x quantized here: CTAs of 16 warps where every warp of one a multiprocessor has at most one row set (16
-     * rows, 8 of a dual; a set split over warps or not) and each thread at most 3 blocks of x, else of 32. H200,
-     * 2026-12-03, layers at M = 1 by tile, 16 warps against 32: Llama-3-8B o 6.65 -> 5.3 us, gate_up 22.7 ->
-     * 20.9; Qwen3-8B gate_up 21.3 -> 18.2; Qwen2.5-7B gate_up (2368 sets) 24.4 -> 27.8 (a second set for some
-     * warps), Qwen3-32B down (K = 25600, 3.1 blocks a thread) 25.5 -> 26.2. */
+    /* x quantized here: CTAs of the fewest of 16, 24 and 32 warps where every warp of one a multiprocessor has at
+     * most one row set (16 rows, 8 of a dual; a set split over warps or not) and each thread at most 3 blocks of
+     * x. H200, 2026-12-03, layers at M = 1 by tile, 16 warps against 32: Llama-3-8B o 6.65 -> 5.3 us, gate_up
+     * 22.7 -> 20.9; Qwen3-8B gate_up 21.3 -> 18.2; Qwen2.5-7B gate_up (2368 sets) 24.4 -> 27.8 (a second set for
+     * some warps), Qwen3-32B down (K = 25600, 3.1 blocks a thread) 25.5 -> 26.2; 24 warps against 32 there (3
+     * rounds): 24.9 -> 22.5, 25.6 -> 25.6 (Llama-3-70B down, K = 28672: 42.2 -> 42.0). */
     const int64_t sets = p.b2.data ? RowSets<SF_BY_TILE, 2, true>::count(p.m) : RowSets<SF_BY_TILE, 2>::count(p.m);
-    const bool narrow = sets * p.batch <= (int64_t)device_info().sms * (QX_NARROW / 32) && p.k / 16 <= 3 * QX_NARROW;
-    return narrow ? launch_by_tile<QX_NARROW>(p, c_vec_stride, bias_by_row, stream)
-                  : launch_by_tile<QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
+    auto fits = [&](int threads) {
+      return sets * p.batch <= (int64_t)device_info().sms * (threads / 32) && p.k / 16 <= 3 * threads;
+    };
+    if (fits(QX_NARROW)) return launch_by_tile<QX_NARROW>(p, c_vec_stride, bias_by_row, stream);
+    if (fits(QX_MID)) return launch_by_tile<QX_MID>(p, c_vec_stride, bias_by_row, stream);
+    return launch_by_tile<QX_WIDE>(p, c_vec_stride, bias_by_row, stream);
   }
   return p.a.sf_layout == NVFP4_SF_LINEAR ? launch_shape<NVFP4_SF_LINEAR>(p, c_vec_stride, bias_by_row, stream)
                                           : launch_shape<NVFP4_SF_BLOCKED>(p, c_vec_stride, bias_by_row, stream);
